@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConsoleConfig(AppConfig):
+    name = "controlplane.console"
+    label = "console"

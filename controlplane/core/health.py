@@ -1,0 +1,120 @@
+"""Health checks of every component the control plane depends on.
+
+One place decides what "up" means; `/healthz` and the live status panel both
+call `collect_status`.
+"""
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+
+from asgiref.sync import sync_to_async
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection
+
+from controlplane.celery import app as celery_app
+from controlplane.core.tasks import ping
+
+CHECK_TIMEOUT_S = 3.0
+
+
+@dataclass
+class Check:
+    name: str
+    up: bool
+    latency_ms: float | None = None
+    detail: str = ""
+    info: dict = field(default_factory=dict)
+
+
+def _timed(name: str, probe) -> Check:
+    """Run a blocking probe that returns (detail, info); any exception means down."""
+    started = time.perf_counter()
+    try:
+        detail, info = probe()
+    except Exception as exc:  # a health check reports failures, it never raises them
+        return Check(name, False, None, f"{type(exc).__name__}: {exc}".strip())
+    return Check(name, True, round((time.perf_counter() - started) * 1000, 1), detail, info)
+
+
+def _probe_database() -> tuple[str, dict]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return connection.vendor, {}
+
+
+def _probe_broker() -> tuple[str, dict]:
+    with celery_app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, timeout=CHECK_TIMEOUT_S)
+        return conn.transport.driver_type, {}
+
+
+def _probe_worker() -> tuple[str, dict]:
+    # A real round trip: broker → worker → result backend. `expires` drops pings that
+    # wait in the queue while no worker runs, so they do not pile up.
+    result = ping.apply_async(args=[time.time()], expires=CHECK_TIMEOUT_S * 2, retry=False)
+    try:
+        result.get(timeout=CHECK_TIMEOUT_S)
+    except CeleryTimeoutError as exc:
+        raise TimeoutError(f"no worker answered within {CHECK_TIMEOUT_S:.0f} s") from exc
+    result.forget()
+    return "round trip", {}
+
+
+def _probe_ray() -> tuple[str, dict]:
+    url = f"{settings.RAY_ADDRESS}/api/v0/nodes?detail=1&limit=10000"
+    try:
+        with urllib.request.urlopen(url, timeout=CHECK_TIMEOUT_S) as response:
+            payload = json.load(response)
+    except urllib.error.URLError as exc:
+        raise ConnectionError(f"{settings.RAY_ADDRESS}: {exc.reason}") from exc
+    nodes = [n for n in payload["data"]["result"]["result"] if n.get("state") == "ALIVE"]
+    cpus = sum(n.get("resources_total", {}).get("CPU", 0) for n in nodes)
+    gpus = sum(n.get("resources_total", {}).get("GPU", 0) for n in nodes)
+    info = {"nodes": len(nodes), "cpus": int(cpus), "gpus": int(gpus)}
+    return f"{info['nodes']} nodes, {info['cpus']} CPUs, {info['gpus']} GPUs", info
+
+
+async def _check_channel_layer() -> Check:
+    started = time.perf_counter()
+    try:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.send(channel, {"type": "health.ping"})
+        await asyncio.wait_for(layer.receive(channel), CHECK_TIMEOUT_S)
+    except Exception as exc:  # reported, never raised
+        return Check("channel_layer", False, None, f"{type(exc).__name__}: {exc}".strip())
+    latency = round((time.perf_counter() - started) * 1000, 1)
+    return Check("channel_layer", True, latency, type(layer).__name__)
+
+
+async def _check_broker_and_worker() -> list[Check]:
+    broker = await sync_to_async(_timed, thread_sensitive=False)("broker", _probe_broker)
+    if not broker.up:
+        return [broker, Check("worker", False, None, "broker unreachable")]
+    worker = await sync_to_async(_timed, thread_sensitive=False)("worker", _probe_worker)
+    return [broker, worker]
+
+
+async def collect_status() -> list[Check]:
+    """Check every component concurrently; the slowest check bounds the wait."""
+    database = database_sync_to_async(_timed)("database", _probe_database)
+    ray = sync_to_async(_timed, thread_sensitive=False)("ray", _probe_ray)
+    db_check, queue_checks, layer_check, ray_check = await asyncio.gather(
+        database, _check_broker_and_worker(), _check_channel_layer(), ray
+    )
+    return [db_check, *queue_checks, layer_check, ray_check]
+
+
+def status_as_json(checks: list[Check]) -> dict:
+    return {
+        "status": "up" if all(c.up for c in checks) else "down",
+        "checks": {c.name: {k: v for k, v in asdict(c).items() if k != "name"} for c in checks},
+    }

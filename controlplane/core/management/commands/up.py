@@ -1,0 +1,78 @@
+"""`./armature up`: set up and run the whole control plane on this machine."""
+
+import hashlib
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+from honcho.manager import Manager
+
+from controlplane.core.bootstrap import ensure_admin, seed_demo
+from controlplane.core.stack import (
+    RAY_HEAD_ENV,
+    RayHeadPorts,
+    dashboard_url,
+    ray_head_command,
+    web_command,
+    worker_command,
+)
+
+# Ray puts unix sockets under its temp dir; their paths must stay under 107 bytes.
+MAX_RAY_TEMP_DIR_LEN = 60
+
+
+def ray_temp_dir() -> Path:
+    preferred = settings.VAR_DIR / "ray"
+    if len(str(preferred)) <= MAX_RAY_TEMP_DIR_LEN:
+        return preferred
+    digest = hashlib.sha1(str(preferred).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"armature-ray-{digest}"
+
+
+class Command(BaseCommand):
+    help = "Migrate, create the admin and the demo, then run web, worker and Ray until Ctrl-C."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default=os.environ.get("ARMATURE_HOST", "127.0.0.1"))
+        parser.add_argument(
+            "--port", type=int, default=int(os.environ.get("ARMATURE_PORT", "8000"))
+        )
+
+    def handle(self, *args, host: str, port: int, **options) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        admin = ensure_admin()
+        seed_demo(owner=None)
+
+        env = {"ARMATURE_WEB_URL": f"http://127.0.0.1:{port}"}
+        manager = Manager()
+        ray_address = os.environ.get("RAY_ADDRESS")
+        if not ray_address:
+            ports = RayHeadPorts(
+                gcs=int(os.environ.get("ARMATURE_RAY_PORT", "6390")),
+                dashboard=int(os.environ.get("ARMATURE_RAY_DASHBOARD_PORT", "8265")),
+            )
+            temp_dir = ray_temp_dir()
+            temp_dir.mkdir(parents=True, exist_ok=True)
+            ray_address = dashboard_url(ports)
+            manager.add_process(
+                "ray", shlex.join(ray_head_command(temp_dir, ports)), env={**os.environ, **RAY_HEAD_ENV}
+            )
+        env["RAY_ADDRESS"] = ray_address
+        child_env = {**os.environ, **env}
+        manager.add_process("web", shlex.join(web_command(host, port)), env=child_env)
+        manager.add_process("worker", shlex.join(worker_command()), env=child_env)
+
+        self.stdout.write(
+            self.style.SUCCESS(f"\nArmature: http://{host}:{port}/  (log in as "
+                               f"{admin.username} / {admin.password})")
+        )
+        self.stdout.write(f"Ray: {ray_address}   Database: {settings.DATABASES['default']['ENGINE']}"
+                          f"   Press Ctrl-C to stop everything.\n")
+        self.stdout.flush()
+        manager.loop()
+        sys.exit(manager.returncode)

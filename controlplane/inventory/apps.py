@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class InventoryConfig(AppConfig):
+    name = "controlplane.inventory"
+    label = "inventory"

@@ -1,0 +1,26 @@
+"""The relay endpoint through which other processes publish in the one-machine mode."""
+
+from django.core import signing
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from controlplane.realtime.publish import publish_async, unsign_relay_payload
+
+
+@csrf_exempt  # authenticated by the signature over the body instead
+@require_POST
+async def relay(request: HttpRequest) -> JsonResponse:
+    try:
+        group, message = unsign_relay_payload(request.body)
+    except signing.BadSignature:
+        return JsonResponse({"error": "bad or expired signature"}, status=403)
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError):
+        return JsonResponse({"error": "body must be a signed {group, message} object"}, status=400)
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        return JsonResponse({"error": "message must be an object with a string 'type'"}, status=400)
+    try:
+        await publish_async(group, message)
+    except TypeError as exc:  # channels rejects invalid group names with TypeError
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"ok": True})

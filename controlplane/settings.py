@@ -1,0 +1,182 @@
+"""Django settings for the Armature control plane.
+
+Everything comes from environment variables (see deploy/ENVIRONMENT.md). With
+none set, the one-machine mode applies: SQLite under var/, kombu's file-system
+broker, the in-memory channel layer and a local Ray head started by `./armature up`.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+
+from controlplane.env import env_bool, env_list, env_str, persistent_secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("ARMATURE_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = env_str("SECRET_KEY") or persistent_secret(VAR_DIR / "secret_key")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "controlplane.core",
+    "controlplane.inventory",
+    "controlplane.experiments",
+    "controlplane.runs",
+    "controlplane.console",
+    "controlplane.realtime",
+    "controlplane.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+ASGI_APPLICATION = "controlplane.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "frontend" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------
+SQLITE_PATH = VAR_DIR / "armature.sqlite3"
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}", conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker) share the file: wait on locks instead of failing,
+    # and keep the test database in a file so those processes can see it too.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, Celery and the channel layer ---------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+BROKER_DIR = VAR_DIR / "broker"
+
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_RESULT_BACKEND = REDIS_URL
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+        }
+    }
+else:
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.02,
+    }
+    CELERY_RESULT_BACKEND = f"file://{BROKER_DIR / 'results'}"
+    for folder in ("queue", "control", "processed", "results"):
+        (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+    # In-process only: messages published by other processes reach it through
+    # controlplane.realtime.publish, which relays them over HTTP to the web process.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Where processes other than the web server reach it (the realtime relay, trainers).
+ARMATURE_WEB_URL = env_str("ARMATURE_WEB_URL", "http://127.0.0.1:8000").rstrip("/")
+
+# --- Ray ---------------------------------------------------------------------------------
+# The Ray dashboard / Jobs API address. `./armature up` starts a local head and sets it.
+RAY_ADDRESS = env_str("RAY_ADDRESS", "http://127.0.0.1:8265")
+
+# --- Auth, static files, i18n ---------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns when it is missing
+STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
+# Serve straight from the app folders so the one-machine mode needs no collectstatic.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Armature API",
+    "DESCRIPTION": "Clusters, experiments and runs of the Armature control plane.",
+    "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# How often the live status panel re-checks every component.
+ARMATURE_STATUS_INTERVAL_S = float(env_str("ARMATURE_STATUS_INTERVAL_S", "5"))

@@ -1,0 +1,63 @@
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.stack import RayHead, Stack
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Messages left in the file-system broker by an earlier, interrupted run would
+    # otherwise be delivered to this run's workers.
+    broker_dir = settings.VAR_DIR / "broker"
+    if not os.environ.get("REDIS_URL") and broker_dir.exists():
+        shutil.rmtree(broker_dir)
+        for folder in ("queue", "control", "processed", "results"):
+            (broker_dir / folder).mkdir(parents=True)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory: pytest.TempPathFactory):
+    """A local Ray cluster (head with dashboard) of this test session's own."""
+    head = RayHead(tmp_path_factory.mktemp("ray-logs"))
+    yield head
+    head.close()
+
+
+@pytest.fixture
+def stack_factory(django_db_setup, tmp_path_factory: pytest.TempPathFactory):
+    """Start web + worker processes against the test database; all stopped after the test."""
+    stacks: list[Stack] = []
+
+    def make(**env: str) -> Stack:
+        stack = Stack(tmp_path_factory.mktemp("stack"), env)
+        stacks.append(stack)
+        return stack
+
+    yield make
+    for stack in stacks:
+        stack.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian Chromium driven by Playwright (module scope: a session-scoped sync
+    Playwright breaks later async tests)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("ARMATURE_REQUIRE_BROWSER"):
+            pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium)")
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

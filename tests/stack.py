@@ -1,0 +1,103 @@
+"""A control plane made of real processes (daphne, a Celery worker, a Ray head),
+started from the same commands as `./armature up`, against the test database."""
+
+import os
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from django.db import connection
+
+from controlplane.core.stack import (
+    RAY_HEAD_ENV,
+    RayHeadPorts,
+    dashboard_url,
+    ray_head_command,
+    web_command,
+    worker_command,
+)
+from tests.processes import free_port, http_ok, start, stop, wait_until
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, for processes outside this one."""
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
+    credentials = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
+    return f"postgres://{credentials}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+
+
+class RayHead:
+    """A Ray head of the test run's own, on free ports; never touches other Ray processes."""
+
+    def __init__(self, log_dir: Path):
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="armray-"))
+        self.ports = RayHeadPorts(
+            gcs=free_port(),
+            dashboard=free_port(),
+            client_server=free_port(),
+            dashboard_agent_listen=free_port(),
+            extra={
+                "node-manager-port": free_port(),
+                "object-manager-port": free_port(),
+                "metrics-export-port": free_port(),
+                "dashboard-agent-grpc-port": free_port(),
+                "runtime-env-agent-port": free_port(),
+            },
+        )
+        self.url = dashboard_url(self.ports)
+        self.process = start(
+            ray_head_command(self.temp_dir, self.ports, num_cpus=2),
+            {**os.environ, **RAY_HEAD_ENV},
+            log_dir / "ray-head.log",
+        )
+        wait_until(lambda: http_ok(f"{self.url}/api/version"), 90, "the Ray dashboard")
+        wait_until(self._node_alive, 60, "a live Ray node")
+
+    def _node_alive(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v0/nodes?limit=1", timeout=2) as reply:
+                return b'"ALIVE"' in reply.read()
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        stop(self.process)
+
+
+class Stack:
+    """Web server and Celery worker processes, started and stopped on demand."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str]):
+        self.log_dir = log_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": test_database_url(),
+            "ARMATURE_WEB_URL": self.url,
+            **env,
+        }
+        self.web: subprocess.Popen | None = None
+        self.worker: subprocess.Popen | None = None
+
+    def start_web(self) -> str:
+        self.web = start(web_command("127.0.0.1", self.port), self.env, self.log_dir / "web.log")
+        wait_until(lambda: http_ok(f"{self.url}/login/"), 60, "the web server")
+        return self.url
+
+    def start_worker(self) -> None:
+        self.worker = start(worker_command(), self.env, self.log_dir / "worker.log")
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            stop(self.worker)
+            self.worker = None
+
+    def close(self) -> None:
+        self.stop_worker()
+        if self.web is not None:
+            stop(self.web)
+            self.web = None
