@@ -4,6 +4,8 @@ running `./armature up` and the tests never share a database, broker or secrets.
 import os
 from pathlib import Path
 
-os.environ.setdefault("ARMATURE_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
+os.environ.setdefault(
+    "ARMATURE_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test")
+)
 
 from controlplane.settings import *  # noqa: E402,F403

@@ -26,7 +26,8 @@ def test_database_url() -> str:
     if connection.vendor == "sqlite":
         return f"sqlite:///{params['NAME']}"
     credentials = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
-    return f"postgres://{credentials}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+    host = f"{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}"
+    return f"postgres://{credentials}@{host}/{params['NAME']}"
 
 
 class RayHead:
@@ -74,8 +75,9 @@ class Stack:
         self.log_dir = log_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
         self.env = {
-            **os.environ,
+            **inherited,
             "DATABASE_URL": test_database_url(),
             "ARMATURE_WEB_URL": self.url,
             **env,

@@ -22,6 +22,7 @@ from controlplane.celery import app as celery_app
 from controlplane.core.tasks import ping
 
 CHECK_TIMEOUT_S = 3.0
+LABELS = {"channel_layer": "Channel layer"}
 
 
 @dataclass
@@ -31,6 +32,10 @@ class Check:
     latency_ms: float | None = None
     detail: str = ""
     info: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.name, self.name.capitalize())
 
 
 def _timed(name: str, probe) -> Check:
@@ -61,7 +66,7 @@ def _probe_worker() -> tuple[str, dict]:
     # wait in the queue while no worker runs, so they do not pile up.
     result = ping.apply_async(args=[time.time()], expires=CHECK_TIMEOUT_S * 2, retry=False)
     try:
-        result.get(timeout=CHECK_TIMEOUT_S)
+        result.get(timeout=CHECK_TIMEOUT_S, interval=0.02)
     except CeleryTimeoutError as exc:
         raise TimeoutError(f"no worker answered within {CHECK_TIMEOUT_S:.0f} s") from exc
     result.forget()
@@ -76,6 +81,8 @@ def _probe_ray() -> tuple[str, dict]:
     except urllib.error.URLError as exc:
         raise ConnectionError(f"{settings.RAY_ADDRESS}: {exc.reason}") from exc
     nodes = [n for n in payload["data"]["result"]["result"] if n.get("state") == "ALIVE"]
+    if not nodes:
+        raise ConnectionError(f"{settings.RAY_ADDRESS}: the cluster has no live node")
     cpus = sum(n.get("resources_total", {}).get("CPU", 0) for n in nodes)
     gpus = sum(n.get("resources_total", {}).get("GPU", 0) for n in nodes)
     info = {"nodes": len(nodes), "cpus": int(cpus), "gpus": int(gpus)}

@@ -60,7 +60,9 @@ class Command(BaseCommand):
             temp_dir.mkdir(parents=True, exist_ok=True)
             ray_address = dashboard_url(ports)
             manager.add_process(
-                "ray", shlex.join(ray_head_command(temp_dir, ports)), env={**os.environ, **RAY_HEAD_ENV}
+                "ray",
+                shlex.join(ray_head_command(temp_dir, ports)),
+                env={**os.environ, **RAY_HEAD_ENV},
             )
         env["RAY_ADDRESS"] = ray_address
         child_env = {**os.environ, **env}
@@ -68,11 +70,15 @@ class Command(BaseCommand):
         manager.add_process("worker", shlex.join(worker_command()), env=child_env)
 
         self.stdout.write(
-            self.style.SUCCESS(f"\nArmature: http://{host}:{port}/  (log in as "
-                               f"{admin.username} / {admin.password})")
+            self.style.SUCCESS(
+                f"\nArmature: http://{host}:{port}/  (log in as "
+                f"{admin.username} / {admin.password})"
+            )
         )
-        self.stdout.write(f"Ray: {ray_address}   Database: {settings.DATABASES['default']['ENGINE']}"
-                          f"   Press Ctrl-C to stop everything.\n")
+        self.stdout.write(
+            f"Ray: {ray_address}   Database: {settings.DATABASES['default']['ENGINE']}"
+            f"   Press Ctrl-C to stop everything.\n"
+        )
         self.stdout.flush()
         manager.loop()
         sys.exit(manager.returncode)
