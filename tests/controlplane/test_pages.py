@@ -38,8 +38,8 @@ def test_the_api_docs_are_served_without_a_cdn(user_client):
 
 def test_htmx_and_its_websocket_extension_come_from_local_static_files(user_client):
     html = user_client.get("/").content.decode()
-    assert '/static/django_htmx/htmx-2.min.js' in html
-    assert '/static/django_htmx/ext/hx-ws-2.min.js' in html
+    assert "/static/django_htmx/htmx-2.min.js" in html
+    assert "/static/django_htmx/ext/hx-ws-2.min.js" in html
     assert 'ws-connect="/ws/status/"' in html
 
 

@@ -66,9 +66,7 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
             assert db.execute("select name from experiments_experiment").fetchall() == [
                 ("demo-builtin-ppo",)
             ]
-            assert db.execute("select name from inventory_cluster").fetchall() == [
-                ("one-machine",)
-            ]
+            assert db.execute("select name from inventory_cluster").fetchall() == [("one-machine",)]
             assert db.execute(
                 "select is_superuser from auth_user where username='admin'"
             ).fetchone() == (1,)
