@@ -104,6 +104,7 @@ if REDIS_URL:
     }
 else:
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "controlplane.core.filebroker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
@@ -112,7 +113,9 @@ else:
         "store_processed": False,
         "polling_interval": 0.02,
     }
-    CELERY_RESULT_BACKEND = f"file://{BROKER_DIR / 'results'}"
+    CELERY_RESULT_BACKEND = (
+        f"controlplane.core.filebroker:AtomicFilesystemBackend+file://{BROKER_DIR / 'results'}"
+    )
     for folder in ("queue", "control", "processed", "results"):
         (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
     # In-process only: messages published by other processes reach it through
