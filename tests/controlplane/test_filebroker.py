@@ -25,7 +25,11 @@ def read_whole_files(folder: Path, pattern: str, stop: threading.Event, bad: lis
 
 
 def test_messages_appear_only_when_complete(tmp_path):
-    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path)}
+    options = {
+        "data_folder_in": str(tmp_path),
+        "data_folder_out": str(tmp_path),
+        "control_folder": str(tmp_path / "control"),
+    }
     stop, bad = threading.Event(), []
     reader = threading.Thread(target=read_whole_files, args=(tmp_path, "*.msg", stop, bad))
     reader.start()

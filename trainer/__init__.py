@@ -1,0 +1,1 @@
+"""Armature training stack: plain Python (PyTorch + Ray), never imports Django."""

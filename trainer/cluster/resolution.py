@@ -1,0 +1,473 @@
+"""Resolving a component placement against a cluster into a `Plan`.
+
+Ranges stay (first, count) pairs until the final loop, and resources are looked up in flat
+per-rank arrays, so resolving is linear in the number of processes plus resources.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from .errors import ClusterConfigError, ConfigIssue, IssueCollector, Path, with_lines
+from .grammar import Segment
+from .model import CLUSTER_GROUP, NODE_GROUP, RESERVED_LABELS, Cluster
+from .placement_spec import ComponentRule, parse_component_placement
+from .plan import ACCELERATOR, HARDWARE, Plan, ProcessPlacement
+from .resources import GroupResources, ResourceNumbering, group_resources, numbering
+from .validation import validate_cluster
+
+MAX_PROCESSES = 1_000_000  # per component; bounds memory for placements from web forms
+_PLACEMENT_PATH: Path = ("cluster", "component_placement")
+
+
+def resolve_placement(
+    cluster: Cluster,
+    placement: Mapping[str, Any] | str | None = None,
+    *,
+    max_processes: int = MAX_PROCESSES,
+) -> Plan:
+    """Resolve `placement` (the `component_placement` mapping, its YAML text, or None for the
+    cluster's own) against `cluster`.
+
+    Raises `ClusterConfigError` with every problem in the cluster and the placement.
+    """
+    # Line numbers: the cluster's own YAML for its entries; the placement's source for it.
+    inventory_lines = {
+        path: line
+        for path, line in cluster.source_lines.items()
+        if path[:2] != _PLACEMENT_PATH and len(path) > 1  # not even the `cluster:` line
+    }
+    if placement is None:
+        raw: object = cluster.component_placement
+        lines = dict(cluster.source_lines)
+        if raw is None:
+            raise ClusterConfigError(
+                [
+                    ConfigIssue(
+                        "placement.missing",
+                        "the cluster has no component_placement to resolve",
+                        _PLACEMENT_PATH,
+                    )
+                ]
+            )
+    elif isinstance(placement, str):
+        from .yaml_io import load_placement_yaml  # YAML is only needed for text input
+
+        raw, placement_lines = load_placement_yaml(placement)
+        lines = inventory_lines | placement_lines
+    else:
+        raw, lines = placement, inventory_lines
+    issues = IssueCollector()
+    cluster_issues = validate_cluster(cluster)
+    issues.extend(cluster_issues)
+    rules, rule_issues = parse_component_placement(raw)
+    issues.extend(rule_issues)  # rules with syntax errors are left out of `rules`
+    components: dict[str, list[ProcessPlacement]] = {}
+    if not cluster_issues:
+        resolver = _Resolver(cluster, issues, max_processes)
+        # Building ~1e5 small objects triggers many useless cyclic-GC passes (they hold no
+        # cycles); pausing the collector makes resolution faster and its timing steadier.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for rule in rules:
+                resolved = resolver.resolve(rule)
+                if resolved is not None:
+                    components.update(resolved)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+    else:
+        issues.extend(placement_arithmetic_issues(rules, max_processes))
+    if issues:
+        raise ClusterConfigError(with_lines(issues.issues, lines))
+    return Plan(cluster, components)
+
+
+def placement_arithmetic_issues(
+    rules: list[ComponentRule], max_processes: int = MAX_PROCESSES
+) -> list[ConfigIssue]:
+    """Problems found without an inventory (whole multiples, process ranks, resource reuse),
+    so a broken inventory does not hide the placement's own mistakes."""
+    issues = IssueCollector()
+    resolver = _Resolver(None, issues, max_processes)
+    for rule in rules:
+        resolver.check_without_cluster(rule)
+    return issues.issues
+
+
+@dataclass(slots=True)
+class _SegmentPlan:
+    segment: Segment
+    resource_first: int
+    resource_count: int
+    process_first: int
+    process_count: int
+
+
+class _Resolver:
+    def __init__(self, cluster: Cluster | None, issues: IssueCollector, max_processes: int) -> None:
+        self.cluster = cluster  # None: only checks that need no inventory are possible
+        self.issues = issues
+        self.max_processes = max_processes
+        self._groups: dict[str, GroupResources] = {}
+        self._node_env: list[tuple[dict[str, str], str, str | None]] = []
+
+    @property
+    def node_env(self) -> list[tuple[dict[str, str], str, str | None]]:
+        """Per node: its env vars, visibility variable name and interpreter."""
+        if not self._node_env and self.cluster is not None:
+            self._node_env = [
+                (dict(node.env_vars), node.visibility_env_var, node.python_interpreter_path)
+                for node in self.cluster.nodes
+            ]
+        return self._node_env
+
+    def _group(self, label: str) -> GroupResources:
+        assert self.cluster is not None
+        if label not in self._groups:
+            self._groups[label] = group_resources(self.cluster, label)
+        return self._groups[label]
+
+    def _numbering(self, rule: ComponentRule, component: str) -> ResourceNumbering | None:
+        labels = rule.node_groups or (CLUSTER_GROUP,)
+        path = rule.path[:-1] if rule.node_groups else rule.path
+        unknown = [
+            label
+            for label in labels
+            if label not in RESERVED_LABELS and self.cluster.group(label) is None
+        ]
+        if unknown:
+            known = ", ".join(group.label for group in self.cluster.node_groups) or "none"
+            self.issues.add(
+                "placement.unknown_node_group",
+                f"component '{component}': node group {', '.join(map(repr, unknown))} does not "
+                f"exist (defined groups: {known}; reserved: node, cluster)",
+                (*path, "node_group"),
+                component=component,
+            )
+            return None
+        if len(labels) > 1 and any(label in RESERVED_LABELS for label in labels):
+            self.issues.add(
+                "placement.node_group_mix",
+                f"component '{component}': the reserved groups 'node' and 'cluster' cannot be "
+                "listed together with other groups",
+                (*path, "node_group"),
+                component=component,
+            )
+            return None
+        groups = [self._group(label) for label in labels]
+        if len(groups) > 1 and not self._groups_disjoint(groups, component, path):
+            return None
+        return numbering(groups)
+
+    def _groups_disjoint(self, groups: list[GroupResources], component: str, path: Path) -> bool:
+        owner: dict[int, str] = {}
+        for group in groups:
+            if group.kind == HARDWARE:
+                continue  # devices are distinct even on a shared node
+            for node in set(group.node_of):
+                if node in owner:
+                    self.issues.add(
+                        "placement.node_group_overlap",
+                        f"component '{component}': node {node} is in both '{owner[node]}' and "
+                        f"'{group.label}', so its resources would be numbered twice",
+                        (*path, "node_group"),
+                        component=component,
+                    )
+                    return False
+                owner[node] = group.label
+        return True
+
+    def resolve(self, rule: ComponentRule) -> dict[str, list[ProcessPlacement]] | None:
+        component = _component_name(rule)
+        resources = self._numbering(rule, component)
+        if resources is None:
+            return None
+        plans = self._segment_plans(rule, component, resources)
+        if plans is None:
+            return None
+        slots = self._assign(rule, component, resources, plans)
+        if slots is None:
+            return None
+        return {name: self._placements(name, resources, slots) for name in rule.components}
+
+    def check_without_cluster(self, rule: ComponentRule) -> None:
+        """Rules that need no inventory: whole multiples, process ranks, resource reuse."""
+        self._segment_plans(rule, _component_name(rule), None)
+
+    def _problem(
+        self, rule: ComponentRule, component: str, segment: str | None, rule_id: str, message: str
+    ) -> None:
+        where = f"component '{component}'" + (f", segment '{segment}'" if segment else "")
+        self.issues.add(
+            rule_id, f"{where}: {message}", rule.path, component=component, segment=segment
+        )
+
+    def _segment_plans(
+        self, rule: ComponentRule, component: str, resources: ResourceNumbering | None
+    ) -> list[_SegmentPlan] | None:
+        """Check and size each segment; `resources` None checks only what needs no cluster."""
+        plans: list[_SegmentPlan] = []
+        ok = True
+        next_process = 0
+        for segment in rule.segments:
+            text = segment.text
+            if resources is None:
+                if segment.resources is None:
+                    return None  # 'all' has no size without a cluster; later ranks unknown
+                first, count = segment.resources.first, segment.resources.count
+            elif segment.resources is None:
+                first, count = 0, resources.count  # never 0: groups have >= 1 node or device
+            else:
+                first, count = segment.resources.first, segment.resources.count
+                if segment.resources.last >= resources.count:
+                    self._problem(
+                        rule,
+                        component,
+                        text,
+                        "placement.resource_out_of_range",
+                        f"resource rank {segment.resources.last} does not exist: "
+                        f"{resources.describe()} "
+                        f"({'rank' if resources.count == 1 else 'ranks'} "
+                        f"{_span(0, resources.count - 1)})",
+                    )
+                    ok = False
+            if segment.processes is None:
+                process_first, process_count = next_process, count
+            else:
+                process_first, process_count = segment.processes.first, segment.processes.count
+            if process_first + process_count > self.max_processes:
+                self._problem(
+                    rule,
+                    component,
+                    text,
+                    "placement.too_many_processes",
+                    f"process ranks reach {process_first + process_count - 1}; at most "
+                    f"{self.max_processes} processes per component are supported",
+                )
+                return None
+            next_process = max(next_process, process_first + process_count)
+            if process_count % count and count % process_count:
+                self._problem(
+                    rule,
+                    component,
+                    text,
+                    "placement.whole_multiple",
+                    _whole_multiple_message(process_first, process_count, count),
+                )
+                ok = False
+            plans.append(_SegmentPlan(segment, first, count, process_first, process_count))
+        ok = self._check_resources_unique(rule, component, plans) and ok
+        ok = self._check_process_ranks(rule, component, plans) and ok
+        return plans if ok else None
+
+    def _check_resources_unique(
+        self, rule: ComponentRule, component: str, plans: list[_SegmentPlan]
+    ) -> bool:
+        ordered = sorted(plans, key=lambda plan: plan.resource_first)
+        ok = True
+        for before, after in zip(ordered, ordered[1:], strict=False):
+            if after.resource_first < before.resource_first + before.resource_count:
+                shared_end = min(
+                    after.resource_first + after.resource_count,
+                    before.resource_first + before.resource_count,
+                )
+                self._problem(
+                    rule,
+                    component,
+                    after.segment.text,
+                    "placement.resource_reused",
+                    f"{_ranks_phrase('resource', after.resource_first, shared_end - 1)} already "
+                    f"used by segment '{before.segment.text}'; to share resources, give "
+                    "one segment several process ranks (e.g. 0-1:0-3)",
+                )
+                ok = False
+        return ok
+
+    def _check_process_ranks(
+        self, rule: ComponentRule, component: str, plans: list[_SegmentPlan]
+    ) -> bool:
+        """Process ranks must be exactly 0..N-1: no gaps, no repeats."""
+        ordered = sorted(plans, key=lambda plan: plan.process_first)
+        expected = 0
+        owner: _SegmentPlan | None = None
+        ok = True
+        for plan in ordered:
+            end = plan.process_first + plan.process_count
+            if plan.process_first > expected:
+                self._problem(
+                    rule,
+                    component,
+                    plan.segment.text,
+                    "placement.process_gap",
+                    f"{_ranks_phrase('process rank', expected, plan.process_first - 1)} "
+                    "missing; a "
+                    "component's process ranks must run 0..N-1 without gaps",
+                )
+                ok = False
+            elif plan.process_first < expected and owner is not None:
+                self._problem(
+                    rule,
+                    component,
+                    plan.segment.text,
+                    "placement.process_repeated",
+                    f"{_ranks_phrase('process rank', plan.process_first, min(end, expected) - 1)}"
+                    f" already placed by segment '{owner.segment.text}'; each process rank "
+                    "must appear once",
+                )
+                ok = False
+            if end > expected:
+                expected, owner = end, plan
+        return ok
+
+    def _assign(
+        self,
+        rule: ComponentRule,
+        component: str,
+        resources: ResourceNumbering,
+        plans: list[_SegmentPlan],
+    ) -> list[tuple[int, int]] | None:
+        """(first resource, resource count) for each process rank."""
+        total = sum(plan.process_count for plan in plans)
+        slots: list[tuple[int, int]] = [(0, 0)] * total
+        node_of, group_of = _flat_lookup(resources)
+        ok = True
+        for plan in plans:
+            first, count = plan.resource_first, plan.resource_count
+            base = plan.process_first
+            if plan.process_count >= count:
+                share = plan.process_count // count
+                for index in range(plan.process_count):
+                    slots[base + index] = (first + index // share, 1)
+                continue
+            width = count // plan.process_count
+            for index in range(plan.process_count):
+                start = first + index * width
+                end = start + width - 1
+                if node_of[start] != node_of[end] or group_of[start] != group_of[end]:
+                    self._problem(
+                        rule,
+                        component,
+                        plan.segment.text,
+                        "placement.process_spans_nodes",
+                        f"process {base + index} would get resources {start}-{end}, which lie "
+                        f"on nodes {node_of[start]} and {node_of[end]}"
+                        + ("" if group_of[start] == group_of[end] else " of different node groups")
+                        + f"; a process cannot span nodes ({width} resources per process here)",
+                    )
+                    ok = False
+                    break  # one report per segment is enough
+                slots[base + index] = (start, width)
+        return slots if ok else None
+
+    def _placements(
+        self, component: str, resources: ResourceNumbering, slots: list[tuple[int, int]]
+    ) -> list[ProcessPlacement]:
+        single = resources.groups[0] if len(resources.groups) == 1 else None
+        node_of = single.node_of if single is not None else _flat_lookup(resources)[0]
+        # Local rank: the process's index among this component's processes on its node.
+        local_ranks: list[int] = []
+        per_node: dict[int, int] = {}
+        for first, _count in slots:
+            node = node_of[first]
+            local = per_node.get(node, 0)
+            local_ranks.append(local)
+            per_node[node] = local + 1
+        node_env = self.node_env
+        placements: list[ProcessPlacement] = []
+        append = placements.append
+        previous: tuple[int, int] | None = None
+        for process_rank, slot in enumerate(slots):
+            if slot != previous:
+                # Processes sharing a resource have equal slots and come in a row: derive the
+                # per-resource facts once and share them (they are immutable).
+                previous = slot
+                first, count = slot
+                if single is not None:
+                    group, group_first = single, first
+                else:
+                    group, group_first = resources.locate(first)
+                node = group.node_of[group_first]
+                if group.label == NODE_GROUP:
+                    local_hardware: tuple[int, ...] = ()
+                else:
+                    local_hardware = tuple(group.local_of[group_first : group_first + count])
+                visible = local_hardware if group.kind == ACCELERATOR else ()
+                env, visibility_var, interpreter = node_env[node]
+                env_vars = MappingProxyType({**env, visibility_var: ",".join(map(str, visible))})
+                resource_ranks = tuple(range(first, first + count))
+                label, kind, hardware_type = group.label, group.kind, group.hardware_type
+            append(
+                ProcessPlacement(
+                    component,
+                    process_rank,
+                    node,
+                    local_ranks[process_rank],
+                    per_node[node],
+                    label,
+                    kind,
+                    hardware_type,
+                    resource_ranks,
+                    local_hardware,
+                    visible,
+                    env_vars,
+                    interpreter,
+                )
+            )
+        return placements
+
+
+def _component_name(rule: ComponentRule) -> str:
+    return ",".join(rule.components)
+
+
+def _flat_lookup(resources: ResourceNumbering) -> tuple[list[int], list[int]]:
+    """Node and group index per global resource rank."""
+    if len(resources.groups) == 1:
+        group = resources.groups[0]
+        return group.node_of, [0] * group.count
+    node_of: list[int] = []
+    group_of: list[int] = []
+    for index, group in enumerate(resources.groups):
+        node_of.extend(group.node_of)
+        group_of.extend([index] * group.count)
+    return node_of, group_of
+
+
+def _ranks_phrase(noun: str, first: int, last: int) -> str:
+    """'process rank 3 is' / 'process ranks 3-5 are'."""
+    return f"{noun}s {first}-{last} are" if last > first else f"{noun} {first} is"
+
+
+def _span(first: int, last: int) -> str:
+    return f"{first}-{last}" if last > first else str(first)
+
+
+def _whole_multiple_message(process_first: int, processes: int, resources: int) -> str:
+    process_text = _span(process_first, process_first + processes - 1)
+    if processes > resources:
+        lower = processes // resources * resources
+        upper = lower + resources
+        fix = (
+            f"with {resources} resources use a multiple of {resources} processes, e.g. "
+            f"{_span(process_first, process_first + lower - 1)} ({lower // resources} per "
+            f"resource) or {_span(process_first, process_first + upper - 1)} "
+            f"({upper // resources} per resource)"
+        )
+    else:
+        divisors = [d for d in range(1, resources + 1) if resources % d == 0]
+        fix = (
+            f"with {resources} resources use a process count that divides {resources} "
+            f"({', '.join(map(str, divisors[:8]))}{', ...' if len(divisors) > 8 else ''})"
+        )
+    return (
+        f"{processes} processes ({process_text}) on {resources} resources: neither count is a "
+        "whole multiple of the other, so the processes cannot be spread evenly (each process "
+        f"must get the same number of whole resources, or each resource the same number of "
+        f"processes); {fix}"
+    )
