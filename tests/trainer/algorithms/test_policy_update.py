@@ -1,0 +1,149 @@
+import copy
+
+import pytest
+import torch
+
+from trainer.algorithms import GRPO, PPO, RLOO, OnPolicySettings
+from trainer.data.rollout_storage import TRAINING_KEYS
+from trainer.envs import BuiltinReachEnv
+from trainer.models import GaussianChunkPolicy, ValueCritic, assign_horizons, build_encoder
+from trainer.runner.collection import run_round
+
+torch.set_num_threads(1)
+
+
+def _setup(cls, with_critic=True, **settings):
+    torch.manual_seed(0)
+    env = BuiltinReachEnv(num_envs=8, max_episode_steps=20)
+    policy = GaussianChunkPolicy(build_encoder("mlp", env.obs_shape, (16,)), 7, 7, 10)
+    critic = ValueCritic(build_encoder("mlp", env.obs_shape, (16,))) if with_critic else None
+    algorithm = cls(
+        policy,
+        critic,
+        OnPolicySettings(**settings),
+        chunk=5,
+        generator=torch.Generator().manual_seed(0),
+    )
+    batch = run_round(
+        env,
+        algorithm,
+        0,
+        list(range(8)),
+        assign_horizons([5, 10], 8),
+        4,
+        group_size=settings.get("group_size", 1),
+    )
+    return env, algorithm, algorithm.compute_returns(batch)
+
+
+def _params(algorithm):
+    return [p.detach().clone() for p in algorithm.policy.parameters()]
+
+
+def test_minibatches_hold_only_per_row_training_tensors():
+    _, _, batch = _setup(PPO)
+    samples = batch.training_samples()
+    assert set(samples) == set(TRAINING_KEYS)
+    rows = int(batch.valid.sum())
+    assert all(value.shape[0] == rows for value in samples.values())
+
+
+def test_ppo_first_minibatch_has_ratio_one_and_the_hand_computed_loss():
+    _, algorithm, batch = _setup(
+        PPO, update_epochs=1, num_minibatches=1, normalize_advantages=False, entropy_coef=0.0
+    )
+    samples = batch.training_samples()
+    stats = algorithm._minibatch_step(samples)
+    # ratio == 1 before any step: approx KL 0, nothing clipped, loss = -mean(A)
+    assert stats["losses/approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["losses/clip_fraction"] == 0.0
+    assert stats["losses/policy_loss"] == pytest.approx(
+        -float(samples["advantage"].mean()), abs=1e-6
+    )
+
+
+def test_value_loss_is_clipped_around_the_rollout_value():
+    _, algorithm, _ = _setup(PPO, value_clip=0.1)
+    obs = torch.zeros(2, 19)
+    with torch.no_grad():
+        v = algorithm.critic(obs)
+    mb = {"obs": obs, "value": v - 1.0, "returns": v - 1.0, "weight": torch.ones(2)}
+    # unclipped error 1.0; clipped prediction v-0.9 has error 0.01; max -> 1.0; *0.5
+    assert algorithm._value_loss(mb).item() == pytest.approx(0.5, abs=1e-5)
+    mb["returns"] = v + 1.0
+    # unclipped error 1; clipped (v-0.9 vs v+1) error 1.9^2 = 3.61 -> 0.5 * 3.61
+    assert algorithm._value_loss(mb).item() == pytest.approx(0.5 * 3.61, abs=1e-4)
+
+
+def test_kl_early_stop_halts_the_update_before_the_step():
+    _, algorithm, batch = _setup(PPO, target_kl=1e-9, update_epochs=3)
+    batch.log_prob += 0.5  # as if the policy had moved since the rollout
+    before = _params(algorithm)
+    metrics = algorithm.update(batch)
+    assert metrics["losses/early_stopped"] == 1.0 and metrics["losses/updates"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(algorithm), strict=True))
+
+
+def test_ppo_update_reports_every_stable_metric_name():
+    _, algorithm, batch = _setup(PPO)
+    metrics = algorithm.update(batch)
+    for name in (
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clip_fraction",
+        "losses/updates",
+    ):
+        assert name in metrics
+    assert metrics["losses/updates"] == 16.0
+
+
+def test_masked_trajectories_change_nothing():
+    settings = dict(update_epochs=1, num_minibatches=1, group_size=2)
+    _, algorithm, batch = _setup(GRPO, with_critic=False, **settings)
+    batch.episode_success[:] = torch.tensor([1, 0, 1, 0, 1, 1, 0, 1]).bool()
+    batch = algorithm.compute_returns(batch)
+    subset_algorithm = copy.deepcopy(algorithm)
+    mask = torch.tensor([1, 1, 0, 0, 1, 1, 0, 0]).float()
+    algorithm.update(batch.with_loss_mask(mask))
+    subset_algorithm.update(batch.select(mask.bool()))
+    for a, b in zip(_params(algorithm), _params(subset_algorithm), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    everything_masked = copy.deepcopy(subset_algorithm)
+    before = _params(everything_masked)
+    everything_masked.update(batch.with_loss_mask(torch.zeros(8)))
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(everything_masked), strict=True))
+
+
+def test_grpo_and_rloo_give_every_step_its_trajectory_advantage():
+    _, grpo, batch = _setup(GRPO, with_critic=False, group_size=4)
+    batch.episode_success[:] = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0]).bool()
+    advantage = grpo.compute_returns(batch).advantage
+    expected = torch.tensor([0.866025, -0.866025, -0.866025, 0.866025, 0, 0, 0, 0])
+    assert torch.allclose(advantage[0], expected, atol=1e-5)
+    assert torch.equal(advantage[~batch.valid], torch.zeros(int((~batch.valid).sum())))
+    rloo = RLOO(grpo.policy, None, grpo.settings, chunk=5)
+    assert torch.allclose(
+        rloo.compute_returns(batch).advantage[0, :4],
+        torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3]),
+        atol=1e-6,
+    )
+
+
+def test_plan_reward_enters_grpo_scores_and_the_last_ppo_reward():
+    _, grpo, batch = _setup(
+        GRPO, with_critic=False, group_size=2, use_plan_reward=True, plan_reward_coef=0.5, base_h=5
+    )
+    batch.episode_success[:] = torch.tensor([1, 0, 1, 1, 0, 0, 0, 1]).bool()
+    # horizons alternate 5, 10: scores 1.5, 0 | 1.5, 2.0 | ... -> group 2 is +-0.7071
+    advantage = grpo.compute_returns(batch).advantage[0]
+    assert advantage[2:4].tolist() == pytest.approx([-0.7071, 0.7071], abs=1e-3)
+    _, ppo, ppo_batch = _setup(PPO, use_plan_reward=True, plan_reward_coef=0.5, base_h=5)
+    plain = ppo_batch.reward.clone()
+    ppo_batch.episode_success[:] = torch.tensor([1, 1, 0, 0, 0, 0, 0, 0]).bool()
+    scored = ppo.compute_returns(ppo_batch)
+    last = ppo_batch.last_step_index()
+    assert float(scored.reward[last[0], 0] - plain[last[0], 0]) == pytest.approx(0.5, abs=1e-6)
+    assert float(scored.reward[last[1], 1] - plain[last[1], 1]) == pytest.approx(1.0, abs=1e-6)
+    assert torch.equal(scored.reward[:, 2:], plain[:, 2:])

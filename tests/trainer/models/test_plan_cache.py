@@ -1,0 +1,181 @@
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.envs import BuiltinReachEnv
+from trainer.models import (
+    ChunkedPolicy,
+    GaussianChunkPolicy,
+    PlanCache,
+    ValueCritic,
+    assign_horizons,
+    build_encoder,
+)
+
+torch.set_num_threads(1)
+
+
+def test_horizons_are_assigned_cyclically_over_the_batch():
+    assert assign_horizons([5, 10, 15], 7).tolist() == [5, 10, 15, 5, 10, 15, 5]
+
+
+def _cache_with_counting_plans(horizons, chunk=5, max_horizon=15):
+    cache = PlanCache(torch.tensor(horizons), chunk, max_horizon)
+    made = []
+
+    def replan(obs_value: float):
+        need = cache.needs_replan()
+        count = int(need.sum())
+        # plan[i, k] = 100 * plan number + k, so every slice shows where it came from
+        plans = torch.arange(max_horizon, dtype=torch.float32).repeat(count, 1)
+        plans = (plans + 100 * (len(made) + 1))[:, :, None].repeat(1, 1, 2)
+        cache.store(need, plans, plans[:, :, 0] / 1000, torch.full((count, 3), obs_value))
+        made.append(need.clone())
+
+    return cache, made, replan
+
+
+def test_a_slot_replans_when_its_offset_reaches_its_horizon():
+    cache, made, replan = _cache_with_counting_plans([5, 10, 15])
+    offsets = []
+    for step in range(6):
+        if cache.needs_replan().any():
+            replan(float(step))
+        draw = cache.next_chunk()
+        offsets.append(draw.offsets.tolist())
+    assert offsets == [[0, 0, 0], [0, 5, 5], [0, 0, 10], [0, 5, 0], [0, 0, 5], [0, 5, 10]]
+    replanned = torch.stack(made).int().tolist()
+    assert replanned == [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 1], [1, 1, 0], [1, 0, 0]]
+
+
+def test_the_executed_chunk_is_the_plan_sliced_at_the_offset():
+    cache, _, replan = _cache_with_counting_plans([15])
+    replan(7.0)
+    chunks = [cache.next_chunk() for _ in range(3)]
+    assert chunks[1].actions[0, :, 0].tolist() == [105.0, 106.0, 107.0, 108.0, 109.0]
+    assert chunks[2].log_prob.item() == pytest.approx(sum(range(110, 115)) / 1000)
+    assert chunks[2].plan_obs.tolist() == [[7.0, 7.0, 7.0]]
+    assert chunks[2].horizons.tolist() == [15]
+
+
+def test_acting_without_a_plan_and_bad_horizons_are_errors():
+    cache = PlanCache(torch.tensor([5, 10]), 5, 10)
+    with pytest.raises(RuntimeError, match="need a new plan"):
+        cache.next_chunk()
+    with pytest.raises(ValueError, match="multiple of the chunk size 5"):
+        PlanCache(torch.tensor([5, 7]), 5, 10)
+    with pytest.raises(ValueError, match="max horizon 10"):
+        PlanCache(torch.tensor([15]), 5, 10)
+
+
+def _policy(kind, obs_shape, action_dim=8):
+    encoder = build_encoder(kind, obs_shape, (32, 32))
+    return GaussianChunkPolicy(
+        encoder, action_dim=action_dim, env_action_dim=7, max_horizon=15, init_log_std=-0.3
+    )
+
+
+def _rollout(policy, env, obs, steps, horizons, chunk=5):
+    """The rollout loop's use of the cache: replan where needed, act, invalidate on done."""
+    cache = PlanCache(horizons, chunk, policy.max_horizon)
+    records = []
+    for _ in range(steps):
+        need = cache.needs_replan()
+        if need.any():
+            plan, step_log_probs = policy.sample_plan(obs[need], cache.horizons[need])
+            cache.store(need, plan, step_log_probs, obs[need])
+        draw = cache.next_chunk()
+        records.append(draw)
+        sent = draw.actions[..., : policy.env_action_dim]
+        assert sent.shape[-1] == env.action_dim
+        step = env.step(sent)
+        cache.invalidate(step.done)
+        obs = step.obs
+    return records
+
+
+def test_training_recomputes_exactly_the_rollout_log_probs():
+    torch.manual_seed(0)
+    env = BuiltinReachEnv(num_envs=6, max_episode_steps=20)
+    policy = _policy("mlp", env.obs_shape)
+    assert isinstance(policy, ChunkedPolicy)
+    obs = env.reset(0, env.init_states(0)[:6])
+    records = _rollout(policy, env, obs, 9, assign_horizons([5, 10, 15], 6))
+    assert {int(o) for r in records for o in r.offsets} == {0, 5, 10}
+    for draw in records:
+        log_prob, entropy = policy.chunk_log_prob(
+            draw.plan_obs, draw.horizons, draw.offsets, draw.actions
+        )
+        assert torch.allclose(log_prob, draw.log_prob, atol=1e-5, rtol=0)
+        assert log_prob.requires_grad
+        per_dim = 0.5 + 0.5 * torch.log(torch.tensor(2 * torch.pi)) + policy.log_std[:7]
+        assert torch.allclose(entropy, 5 * per_dim.sum().expand(6), atol=1e-5)
+
+
+def test_the_extra_model_dims_are_never_sent_nor_counted():
+    torch.manual_seed(1)
+    policy = _policy("mlp", (19,), action_dim=9)
+    obs = torch.randn(4, 19)
+    horizons = torch.tensor([5, 10, 15, 5])
+    plan, step_log_probs = policy.sample_plan(obs, horizons)
+    changed = plan.clone()
+    changed[..., 7:] += 50.0
+    offsets = torch.zeros(4, dtype=torch.long)
+    original, _ = policy.chunk_log_prob(obs, horizons, offsets, plan[:, :5])
+    moved, _ = policy.chunk_log_prob(obs, horizons, offsets, changed[:, :5])
+    assert torch.allclose(original, moved)
+    assert torch.allclose(original, step_log_probs[:, :5].sum(1), atol=1e-5)
+
+
+def test_a_cnn_policy_and_critic_work_on_camera_images():
+    torch.manual_seed(2)
+    obs_shape = (3, 32, 32)
+    policy = _policy("cnn", obs_shape, action_dim=7)
+    critic = ValueCritic(build_encoder("cnn", obs_shape, (32,)), (32,))
+    obs = torch.rand(4, *obs_shape)
+    horizons = torch.tensor([10, 5, 10, 5])
+    cache = PlanCache(horizons, 5, 15)
+    plan, step_log_probs = policy.sample_plan(obs, horizons)
+    cache.store(torch.ones(4, dtype=torch.bool), plan, step_log_probs, obs)
+    draw = cache.next_chunk()
+    log_prob, _ = policy.chunk_log_prob(draw.plan_obs, draw.horizons, draw.offsets, draw.actions)
+    assert torch.allclose(log_prob, draw.log_prob, atol=1e-5)
+    assert critic(obs).shape == (4,)
+
+
+def test_mismatched_models_are_rejected():
+    with pytest.raises(ValueError, match="predicts 6 action dims but the env needs 7"):
+        GaussianChunkPolicy(build_encoder("mlp", (19,), (8,)), 6, 7, 15)
+    with pytest.raises(ValueError, match="flat observations"):
+        build_encoder("mlp", (3, 8, 8), (8,))
+    with pytest.raises(ValueError, match="unknown model kind 'rnn'"):
+        build_encoder("rnn", (3,), (8,))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    chunk=st.integers(1, 4),
+    multiples=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    batch=st.integers(1, 9),
+    steps=st.integers(1, 20),
+)
+def test_every_slot_walks_its_plan_in_chunks_and_replans_at_its_horizon(
+    chunk, multiples, batch, steps
+):
+    pattern = [chunk * m for m in multiples]
+    horizons = assign_horizons(pattern, batch)
+    cache = PlanCache(horizons, chunk, max(pattern))
+    for step in range(steps):
+        need = cache.needs_replan()
+        count = int(need.sum())
+        if count:
+            cache.store(
+                need,
+                torch.zeros(count, max(pattern), 2),
+                torch.zeros(count, max(pattern)),
+                torch.zeros(count, 1),
+            )
+        draw = cache.next_chunk()
+        expected = (step * chunk) % horizons
+        assert torch.equal(draw.offsets, expected)

@@ -1,0 +1,38 @@
+"""Time-out bootstrap from the true terminal observation (seed 002).
+
+A time-out cuts an episode that could have gone on, so the last reward should carry
+the value of where the agent was: ``r += γ·V(s_terminal)``. The vectorised env has
+already auto-reset such copies, so ``obs`` is the NEXT episode's first observation and
+using it would bootstrap from the wrong state; rsl_rl, instinct_rl and HIMLoco use
+``V(s_t)`` (the state before the last action) instead. We use the true final
+observation the env reports, for all timed-out copies in one batched critic call, and
+fold the result into the reward at once, so the rollout storage needs no extra field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+Critic = Callable[[torch.Tensor], torch.Tensor]
+
+
+def bootstrap_timeouts(
+    rewards: torch.Tensor,
+    timeouts: torch.Tensor,
+    final_observation: torch.Tensor | None,
+    next_obs: torch.Tensor,
+    critic: Critic,
+    gamma: float,
+) -> torch.Tensor:
+    """``rewards + γ·V(s_terminal)`` where ``timeouts``; ``s_terminal`` is the env's
+    final observation when it gives one, else ``next_obs``. Returns a new tensor."""
+    rewards = rewards.clone()
+    if not bool(timeouts.any()):
+        return rewards
+    source = final_observation if final_observation is not None else next_obs
+    with torch.no_grad():
+        values = critic(source[timeouts])
+    rewards[timeouts] += gamma * values.to(rewards.dtype)
+    return rewards

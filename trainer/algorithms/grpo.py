@@ -1,0 +1,44 @@
+"""GRPO and RLOO: critic-free, outcome-based advantages shared by every step of a
+trajectory, relative to the other ``group_size`` rollouts from the same init state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from trainer.algorithms.advantages import group_normalized_advantages, leave_one_out_advantages
+from trainer.algorithms.on_policy import OnPolicyAlgorithm
+from trainer.algorithms.plan_reward import plan_reward_bonus
+from trainer.data.rollout_storage import Trajectories
+
+
+def trajectory_scores(
+    batch: Trajectories, settings_use_plan_reward: bool, coef: float, base_h: float
+) -> torch.Tensor:
+    """Outcome score per trajectory: 1 for success, plus the plan reward if enabled."""
+    scores = batch.episode_success.float()
+    if settings_use_plan_reward:
+        scores = scores + plan_reward_bonus(batch.episode_success, batch.horizon, coef, base_h)
+    return scores
+
+
+class GRPO(OnPolicyAlgorithm):
+    name = "grpo"
+
+    def episode_advantages(self, scores: torch.Tensor) -> torch.Tensor:
+        return group_normalized_advantages(scores, self.settings.group_size)
+
+    def compute_returns(self, batch: Trajectories) -> Trajectories:
+        s = self.settings
+        scores = trajectory_scores(batch, s.use_plan_reward, s.plan_reward_coef, s.base_h)
+        per_episode = self.episode_advantages(scores)
+        advantage = per_episode[None, :] * batch.valid.float()
+        return replace(batch, advantage=advantage, returns=torch.zeros_like(advantage))
+
+
+class RLOO(GRPO):
+    name = "rloo"
+
+    def episode_advantages(self, scores: torch.Tensor) -> torch.Tensor:
+        return leave_one_out_advantages(scores, self.settings.group_size)

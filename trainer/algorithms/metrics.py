@@ -1,0 +1,65 @@
+"""Rollout metrics from counts that can be summed across ranks.
+
+A rate averaged over ranks is wrong when ranks saw different numbers of episodes, so
+every rate is derived from success/total counts, and counts are what ranks exchange.
+Metric names are stable (the control plane charts them and CI gates on them):
+
+- ``rollout/success_rate``, ``rollout/success_rate_task_{task_id}``,
+  ``rollout/plan_success_rate_h{H}`` (e.g. ``rollout/plan_success_rate_h5``)
+- ``rollout/episode_return``, ``rollout/episode_length`` (means, in env actions)
+
+Log-only numbers live in these dicts only; they never enter the training batch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from trainer.data.rollout_storage import Trajectories
+
+
+def episode_counts(trajectories: Trajectories) -> Counter[str]:
+    """Summable counts for a set of finished episodes."""
+    counts: Counter[str] = Counter()
+    success = trajectories.episode_success
+    counts["episodes"] += float(success.numel())
+    counts["successes"] += float(success.sum())
+    counts["return_sum"] += float(trajectories.episode_return.sum())
+    counts["length_sum"] += float(trajectories.episode_length.sum())
+    for key, labels in (("task", trajectories.task_id), ("plan_h", trajectories.horizon)):
+        for label in labels.unique().tolist():
+            chosen = labels == label
+            counts[f"{key}{label}_success_count"] += float(success[chosen].sum())
+            counts[f"{key}{label}_total_count"] += float(chosen.sum())
+    return counts
+
+
+def sum_counts(parts: Iterable[Counter[str]]) -> Counter[str]:
+    """What an all-reduce (sum) of every rank's counts gives."""
+    total: Counter[str] = Counter()
+    for part in parts:
+        total.update(part)
+    return total
+
+
+def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
+    episodes = counts["episodes"]
+    if not episodes:
+        return {}
+    metrics = {
+        "rollout/success_rate": counts["successes"] / episodes,
+        "rollout/episode_return": counts["return_sum"] / episodes,
+        "rollout/episode_length": counts["length_sum"] / episodes,
+        "rollout/episodes": episodes,
+    }
+    for key, total in sorted(counts.items()):
+        if not key.endswith("_total_count") or not total:
+            continue
+        label = key[: -len("_total_count")]
+        rate = counts[f"{label}_success_count"] / total
+        if label.startswith("plan_h"):
+            metrics[f"rollout/plan_success_rate_h{label[len('plan_h') :]}"] = rate
+        else:
+            metrics[f"rollout/success_rate_task_{label[len('task') :]}"] = rate
+    return metrics

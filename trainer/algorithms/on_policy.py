@@ -1,0 +1,243 @@
+"""The shared rollout side and clipped policy-gradient update of PPO, GRPO and RLOO.
+
+The shape follows rsl_rl: ``act`` chooses actions and starts a transition,
+``process_env_step`` completes and stores it, ``compute_returns`` turns a batch of
+trajectories into advantages, ``update`` runs minibatch epochs. Subclasses differ only
+in ``compute_returns`` (and PPO in having a critic).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.algorithms.bootstrap import bootstrap_timeouts
+from trainer.data.rollout_storage import RolloutStorage, Trajectories, Transition, minibatches
+from trainer.envs.vector_env import EnvStep
+from trainer.models.plan_cache import ChunkDraw, PlanCache
+from trainer.models.policy import GaussianChunkPolicy
+
+
+@dataclass
+class OnPolicySettings:
+    """Hyperparameters of the update; see ``trainer.config`` for what each means."""
+
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_ratio: float = 0.2
+    value_clip: float | None = None
+    value_loss_coef: float = 0.5
+    entropy_coef: float = 0.0
+    target_kl: float | None = None
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    learning_rate: float = 3e-4
+    max_grad_norm: float = 1.0
+    normalize_advantages: bool = True
+    group_size: int = 1
+    use_plan_reward: bool = False
+    plan_reward_coef: float = 0.0
+    base_h: float = 5.0
+    bootstrap_timeouts: bool = True
+
+
+def _weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return (values * weight).sum() / weight.sum().clamp(min=1e-8)
+
+
+class OnPolicyAlgorithm(ABC):
+    name = "on_policy"
+
+    def __init__(
+        self,
+        policy: GaussianChunkPolicy,
+        critic: nn.Module | None,
+        settings: OnPolicySettings,
+        chunk: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.policy = policy
+        self.critic = critic
+        self.settings = settings
+        self.chunk = chunk
+        self.generator = generator
+        params = list(policy.parameters()) + (list(critic.parameters()) if critic else [])
+        self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate)
+        self.plan_cache: PlanCache | None = None
+        self.storage: RolloutStorage | None = None
+        self._pending: tuple[torch.Tensor, ChunkDraw, torch.Tensor] | None = None
+
+    # ----- rollout -------------------------------------------------------------
+    def start_round(self, horizons: torch.Tensor, num_steps: int) -> None:
+        """New episodes begin: fresh plans for every slot, empty storage."""
+        self.plan_cache = PlanCache(horizons, self.chunk, self.policy.max_horizon)
+        self.storage = RolloutStorage(num_steps, int(horizons.shape[0]))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Replan the slots whose plan is used up, return the env's part of each chunk."""
+        cache = self.plan_cache
+        assert cache is not None, "start_round() first"
+        need = cache.needs_replan()
+        if bool(need.any()):
+            plan, step_log_probs = self.policy.sample_plan(obs[need], cache.horizons[need])
+            cache.store(need, plan, step_log_probs, obs[need])
+        draw = cache.next_chunk()
+        value = self.critic(obs) if self.critic is not None else torch.zeros(obs.shape[0])
+        self._pending = (obs, draw, value)
+        return draw.actions[..., : self.policy.env_action_dim]
+
+    def process_env_step(self, step: EnvStep) -> None:
+        assert self._pending is not None and self.storage is not None and self.plan_cache
+        obs, draw, value = self._pending
+        timeouts = step.truncated & ~step.terminated
+        reward = step.reward.float()
+        if self.critic is not None and self.settings.bootstrap_timeouts:
+            reward = bootstrap_timeouts(
+                reward,
+                timeouts,
+                step.final_observation,
+                step.obs,
+                self.critic,
+                self.settings.gamma,
+            )
+        self.storage.add(
+            Transition(
+                obs=obs,
+                plan_obs=draw.plan_obs,
+                actions=draw.actions,
+                chunk_offset=draw.offsets,
+                plan_horizon=draw.horizons,
+                log_prob=draw.log_prob,
+                value=value,
+                reward=reward,
+                env_reward=step.reward.float(),
+                done=step.done,
+                timeout=timeouts,
+                success=step.success,
+                executed_actions=step.executed_actions,
+            )
+        )
+        self.plan_cache.invalidate(step.done)
+        self._pending = None
+
+    def finish_round(
+        self, task_id: int, init_state_index: torch.Tensor, group_index: torch.Tensor
+    ) -> Trajectories:
+        assert self.storage is not None and self.plan_cache is not None
+        return self.storage.finish(task_id, init_state_index, group_index, self.plan_cache.horizons)
+
+    # ----- learning ------------------------------------------------------------
+    @abstractmethod
+    def compute_returns(self, batch: Trajectories) -> Trajectories:
+        """Fill ``advantage`` (and ``returns`` for a critic) of a collected batch."""
+
+    def update(self, batch: Trajectories) -> dict[str, float]:
+        """Clipped policy-gradient epochs over shuffled minibatches of valid rows.
+
+        Rows of masked groups (loss mask 0) stay in the batch with weight 0, so the
+        batch keeps exactly ``data_batch_size`` trajectories. With ``target_kl`` set,
+        the update stops as soon as a minibatch's approximate KL exceeds it, before
+        that minibatch's gradient step.
+        """
+        s = self.settings
+        samples = batch.training_samples()
+        weight = samples["weight"]
+        if s.normalize_advantages and weight.sum() > 0:
+            adv = samples["advantage"]
+            mean = _weighted_mean(adv, weight)
+            std = _weighted_mean((adv - mean) ** 2, weight).sqrt()
+            samples["advantage"] = (adv - mean) / (std + 1e-8)
+        sums: dict[str, float] = {}
+        updates = 0
+        early_stopped = False
+        for _ in range(s.update_epochs):
+            for mb in minibatches(samples, s.num_minibatches, self.generator):
+                stats = self._minibatch_step(mb)
+                if stats is None:
+                    early_stopped = True
+                    break
+                updates += 1
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+            if early_stopped:
+                break
+        metrics = {key: value / max(updates, 1) for key, value in sums.items()}
+        metrics["losses/updates"] = float(updates)
+        metrics["losses/early_stopped"] = float(early_stopped)
+        metrics["policy/std"] = self.policy.log_std.detach().exp().mean().item()
+        return metrics
+
+    def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
+        s = self.settings
+        weight = mb["weight"]
+        if weight.sum() <= 0:
+            return {}
+        log_prob, entropy = self.policy.chunk_log_prob(
+            mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
+        )
+        log_ratio = log_prob - mb["log_prob"]
+        ratio = log_ratio.exp()
+        with torch.no_grad():
+            approx_kl = float(_weighted_mean((ratio - 1) - log_ratio, weight))
+            clipped = ((ratio - 1).abs() > s.clip_ratio).float()
+            clip_fraction = float(_weighted_mean(clipped, weight))
+        if s.target_kl is not None and approx_kl > s.target_kl:
+            return None
+        advantage = mb["advantage"]
+        policy_loss = _weighted_mean(
+            torch.max(
+                -advantage * ratio,
+                -advantage * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio),
+            ),
+            weight,
+        )
+        entropy_mean = _weighted_mean(entropy, weight)
+        loss = policy_loss - s.entropy_coef * entropy_mean
+        stats = {
+            "losses/policy_loss": policy_loss.item(),
+            "losses/entropy": entropy_mean.item(),
+            "losses/approx_kl": approx_kl,
+            "losses/clip_fraction": clip_fraction,
+        }
+        if self.critic is not None:
+            value_loss = self._value_loss(mb)
+            loss = loss + s.value_loss_coef * value_loss
+            stats["losses/value_loss"] = value_loss.item()
+        self.optimizer.zero_grad()
+        loss.backward()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+        self.optimizer.step()
+        return stats
+
+    def _value_loss(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        assert self.critic is not None
+        values = self.critic(mb["obs"])
+        errors = (values - mb["returns"]) ** 2
+        if self.settings.value_clip is not None:
+            clipped = mb["value"] + (values - mb["value"]).clamp(
+                -self.settings.value_clip, self.settings.value_clip
+            )
+            errors = torch.max(errors, (clipped - mb["returns"]) ** 2)
+        return 0.5 * _weighted_mean(errors, mb["weight"])
+
+    # ----- checkpoints ---------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])

@@ -1,0 +1,202 @@
+"""Load an experiment config from YAML plus ``key=value`` overrides and validate it.
+
+YAML is read as YAML 1.2 (ruamel.yaml): PyYAML's YAML 1.1 would turn a placement such
+as ``1:2`` into the base-60 integer 62. Override values use the same parser, so
+``algorithm.name=grpo``, ``rollout.action_horizons_pattern=[5,10,15]`` and
+``algorithm.target_kl=null`` all mean what they say.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from trainer.config.errors import ConfigError, ConfigProblem, format_key_path
+from trainer.config.schema import ExperimentConfig
+
+_KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.version = (1, 2)
+    return yaml
+
+
+def parse_yaml(text: str, source: str = "config") -> Any:
+    try:
+        return _yaml().load(text)
+    except YAMLError as error:
+        raise ConfigError.single("", f"{source} is not valid YAML: {error}") from error
+
+
+def dump_config(config: ExperimentConfig) -> str:
+    """The fully resolved config as YAML (defaults included), e.g. for a run's folder."""
+    stream = io.StringIO()
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.dump(config.model_dump(mode="json"), stream)
+    return stream.getvalue()
+
+
+def _split_key(key: str) -> list[str | int]:
+    parts: list[str | int] = []
+    for piece in key.split("."):
+        match = _KEY_PART.match(piece)
+        if not match:
+            raise ConfigError.single(key, "is not a key path like a.b or a.b[1]")
+        parts.append(match.group(1))
+        parts += [int(index) for index in re.findall(r"\[(\d+)\]", match.group(2))]
+    return parts
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Set ``key.path[i]=value`` in ``data`` in place, creating mappings on the way."""
+    key, separator, raw_value = override.partition("=")
+    if not separator or not key:
+        raise ConfigError.single(override, "an override must look like key.path=value")
+    parts = _split_key(key.strip())
+    value = parse_yaml(raw_value, f"the value of {key}") if raw_value.strip() else ""
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        following = parts[depth + 1]
+        where = format_key_path(parts[: depth + 1])
+        if isinstance(part, int):
+            if not isinstance(node, list) or part >= len(node):
+                raise ConfigError.single(where, "no such list item to override")
+            node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError.single(where, "cannot set a key inside a non-mapping value")
+        if node.get(part) is None:
+            node[part] = [] if isinstance(following, int) else {}
+        node = node[part]
+    last = parts[-1]
+    where = format_key_path(parts)
+    if isinstance(last, int):
+        if not isinstance(node, list) or last > len(node):
+            raise ConfigError.single(where, "no such list item to override")
+        if last == len(node):
+            node.append(value)
+        else:
+            node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError.single(where, "cannot set a key inside a non-mapping value")
+
+
+def _consistency_problems(config: ExperimentConfig) -> list[ConfigProblem]:
+    """Rules that tie several keys together."""
+    problems = []
+    chunk = config.actor.model.num_action_chunks
+    for index, horizon in enumerate(config.rollout.action_horizons_pattern):
+        if horizon % chunk:
+            problems.append(
+                ConfigProblem(
+                    f"rollout.action_horizons_pattern[{index}]",
+                    f"{horizon} must be a multiple of actor.model.num_action_chunks ({chunk})",
+                )
+            )
+    algorithm = config.algorithm
+    if algorithm.name in ("grpo", "rloo") and algorithm.group_size < 2:
+        problems.append(
+            ConfigProblem(
+                "algorithm.group_size",
+                f"{algorithm.name} compares rollouts within a group: use group_size >= 2",
+            )
+        )
+    if algorithm.data_batch_size % algorithm.group_size:
+        problems.append(
+            ConfigProblem(
+                "algorithm.data_batch_size",
+                f"{algorithm.data_batch_size} must be a multiple of algorithm.group_size "
+                f"({algorithm.group_size}) so groups stay whole",
+            )
+        )
+    if algorithm.reward_filter.enabled and algorithm.group_size < 2:
+        problems.append(
+            ConfigProblem(
+                "algorithm.reward_filter.enabled",
+                "the group filter needs algorithm.group_size >= 2",
+            )
+        )
+    if algorithm.use_plan_reward and algorithm.plan_reward_coef == 0:
+        problems.append(
+            ConfigProblem(
+                "algorithm.plan_reward_coef",
+                "use_plan_reward is on but plan_reward_coef is 0: set a coefficient",
+            )
+        )
+    copies = config.env.num_parallel_envs * algorithm.group_size
+    if config.env.num_workers > copies:
+        problems.append(
+            ConfigProblem(
+                "env.num_workers",
+                f"{config.env.num_workers} workers for {copies} env copies "
+                "(num_parallel_envs x group_size): some would have nothing to run",
+            )
+        )
+    if config.env.task_ids is not None:
+        if not config.env.task_ids:
+            problems.append(ConfigProblem("env.task_ids", "lists no task; use null for all"))
+        seen: set[int] = set()
+        for index, task_id in enumerate(config.env.task_ids):
+            if task_id < 0 or task_id in seen:
+                problems.append(
+                    ConfigProblem(
+                        f"env.task_ids[{index}]", f"{task_id} is negative or listed twice"
+                    )
+                )
+            seen.add(task_id)
+    return problems
+
+
+def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
+    """Validate plain data (e.g. parsed YAML or an API payload); raise ``ConfigError``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError.single("", "the config must be a mapping of sections")
+    try:
+        config = ExperimentConfig.model_validate(dict(data))
+    except ValidationError as error:
+        raise ConfigError(
+            [
+                ConfigProblem(format_key_path(issue["loc"]), _message(issue))
+                for issue in error.errors()
+            ]
+        ) from None
+    problems = _consistency_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _message(issue: Mapping[str, Any]) -> str:
+    if issue["type"] == "extra_forbidden":
+        return "unknown key"
+    return str(issue["msg"])
+
+
+def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> ExperimentConfig:
+    """Read ``path`` (or start from defaults if None), apply overrides, validate."""
+    data: Any = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as error:
+            raise ConfigError.single("", f"cannot read {path}: {error.strerror}") from None
+        data = parse_yaml(text, str(path)) or {}
+        if not isinstance(data, dict):
+            raise ConfigError.single("", f"{path} must hold a mapping of sections")
+    for override in overrides:
+        apply_override(data, override)
+    return validate_config(data)

@@ -1,0 +1,132 @@
+"""The experiment config schema, in the seeds' vocabulary (RLinf / RIPT).
+
+One schema serves the CLI, the control plane's validation and the Ray job. Unknown keys
+are errors (a typo must never silently fall back to a default). The ``cluster`` section
+is kept as a mapping here and validated by ``trainer.cluster``. Every field carries a
+description, which ``docs/training.md`` and the UI show.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EnvConfig(Section):
+    name: str = Field("builtin_reach", description="Env family from trainer.envs' registry.")
+    task_ids: list[int] | None = Field(
+        None, description="Tasks to train on; null means every task of the env."
+    )
+    num_parallel_envs: PositiveInt = Field(
+        16,
+        description="Init states run at once: a round runs num_parallel_envs x group_size "
+        "episodes in parallel.",
+    )
+    max_episode_steps: PositiveInt = Field(
+        40,
+        description="Time limit in env actions; hitting it is a time-out (truncation), "
+        "not a terminal state.",
+    )
+    num_workers: int = Field(
+        0,
+        ge=0,
+        description="Env worker processes the copies are split over; 0 steps them in the "
+        "trainer's process (best for the built-in env, which is vectorised in torch).",
+    )
+    camera: bool = Field(False, description="Image observations instead of state (LIBERO).")
+    init_states_per_task: PositiveInt = Field(
+        50, description="Size of each task's fixed init-state set (built-in env)."
+    )
+    seed: int = Field(0, description="Seed of the env's init-state sets.")
+
+
+class ModelConfig(Section):
+    kind: Literal["mlp", "cnn"] = Field("mlp", description="Encoder: mlp (state) or cnn.")
+    num_action_chunks: PositiveInt = Field(5, description="Actions sent per env step.")
+    action_dim: PositiveInt = Field(
+        7, description="Action dims the model predicts; only the env's dims are sent."
+    )
+    hidden_sizes: list[PositiveInt] = Field(
+        [64, 64], min_length=1, description="Widths of the encoder's hidden layers."
+    )
+    init_log_std: float = Field(0.0, description="Initial log std of the Gaussian plan.")
+
+
+class ActorConfig(Section):
+    model: ModelConfig = ModelConfig()
+    learning_rate: float = Field(1e-3, gt=0, description="Adam step size (actor and critic).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per step.")
+
+
+class CriticConfig(Section):
+    hidden_sizes: list[PositiveInt] = Field(
+        [64, 64], min_length=1, description="Widths of the critic's hidden layers (PPO)."
+    )
+
+
+class RolloutConfig(Section):
+    action_horizons_pattern: list[PositiveInt] = Field(
+        [5],
+        min_length=1,
+        description="Planning horizon H per sample, assigned cyclically over the batch; "
+        "each must be a multiple of actor.model.num_action_chunks.",
+    )
+
+
+class RewardFilterConfig(Section):
+    enabled: bool = Field(False, description="Drop all-success / all-failure groups.")
+    max_attempts: PositiveInt = Field(
+        3, description="Collection passes before giving up and training with a loss mask."
+    )
+
+
+class AlgorithmConfig(Section):
+    name: Literal["ppo", "grpo", "rloo"] = Field("ppo", description="ppo, grpo or rloo.")
+    group_size: PositiveInt = Field(1, description="Rollouts per init state (GRPO/RLOO).")
+    data_batch_size: PositiveInt = Field(64, description="Trajectories per iteration, exactly.")
+    gamma: float = Field(0.95, ge=0, le=1, description="Discount per env step (chunk).")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (PPO).")
+    clip_ratio: float = Field(0.2, gt=0, description="PPO ratio clip epsilon.")
+    value_clip: float | None = Field(None, gt=0, description="Clip the value update; null: off.")
+    value_loss_coef: float = Field(0.5, ge=0, description="Weight of the value loss (PPO).")
+    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
+    target_kl: float | None = Field(None, gt=0, description="KL early stop; null: off.")
+    update_epochs: PositiveInt = Field(4, description="Passes over the batch per iteration.")
+    num_minibatches: PositiveInt = Field(4, description="Minibatches per pass.")
+    normalize_advantages: bool | None = Field(
+        None, description="null: on for ppo, off for grpo/rloo (already group-relative)."
+    )
+    bootstrap_timeouts: bool = Field(True, description="r += gamma*V(s_terminal) at time-outs.")
+    use_plan_reward: bool = Field(False, description="Add the plan reward to successes.")
+    plan_reward_coef: float = Field(0.0, ge=0, description="Plan reward: coef x H / base_h.")
+    base_h: float = Field(5.0, gt=0, description="Plan reward: the horizon worth coef.")
+    reward_filter: RewardFilterConfig = RewardFilterConfig()
+
+
+class RunnerConfig(Section):
+    iterations: PositiveInt = Field(100, description="Training iterations (one task each).")
+    seed: int = Field(0, description="Seeds weights, sampling and shuffling.")
+    output_dir: str | None = Field(
+        None, description="Metrics, checkpoints, config; null: var/runs/<name>."
+    )
+    checkpoint_every: PositiveInt = Field(25, description="Iterations between checkpoints.")
+    progress: bool = Field(True, description="Show a progress bar on stderr.")
+    torch_threads: PositiveInt | None = Field(None, description="null: torch's default.")
+
+
+class ExperimentConfig(Section):
+    name: str = Field("experiment", description="A label for humans.")
+    env: EnvConfig = EnvConfig()
+    actor: ActorConfig = ActorConfig()
+    critic: CriticConfig = CriticConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    runner: RunnerConfig = RunnerConfig()
+    cluster: dict[str, Any] | None = Field(
+        None, description="Cluster and component placement; validated by trainer.cluster."
+    )

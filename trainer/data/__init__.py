@@ -1,0 +1,35 @@
+"""Rollout storage, minibatching and the task / init-state samplers."""
+
+from trainer.data.rollout_storage import (
+    TRAINING_KEYS,
+    RolloutStorage,
+    Trajectories,
+    Transition,
+    concat_trajectories,
+    minibatches,
+)
+from trainer.data.samplers import (
+    CircularCursor,
+    InitStateSampler,
+    RankWithoutTaskError,
+    TaskCursor,
+    round_init_state_indices,
+    shard_tasks,
+    tasks_for_rank,
+)
+
+__all__ = [
+    "TRAINING_KEYS",
+    "CircularCursor",
+    "InitStateSampler",
+    "RankWithoutTaskError",
+    "RolloutStorage",
+    "TaskCursor",
+    "Trajectories",
+    "Transition",
+    "concat_trajectories",
+    "minibatches",
+    "round_init_state_indices",
+    "shard_tasks",
+    "tasks_for_rank",
+]

@@ -1,0 +1,227 @@
+"""Rollout storage: one decision (chunk step) per row, step-major ``[T, B]``.
+
+Collection is episodic: each of the ``B`` env slots runs exactly one episode from its
+init state (the multi-task sampling of seed 001 needs whole trajectories). A slot keeps
+being stepped by the vectorised env after its episode ended; those rows are marked
+invalid and never reach the loss. ``T`` is the longest possible episode in chunk steps,
+so rounds of the same config always have the same ``T`` and concatenate along ``B``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+STEP_FIELDS = (
+    "obs",
+    "plan_obs",
+    "actions",
+    "chunk_offset",
+    "plan_horizon",
+    "log_prob",
+    "value",
+    "reward",
+    "env_reward",
+    "done",
+    "timeout",
+    "success",
+    "executed_actions",
+    "valid",
+    "advantage",
+    "returns",
+)
+EPISODE_FIELDS = (
+    "task_id",
+    "init_state_index",
+    "group_index",
+    "horizon",
+    "episode_success",
+    "episode_return",
+    "episode_length",
+    "loss_mask",
+)
+# What the update reads; everything else (episode stats, log-only scalars) stays out
+# of minibatch splitting by construction.
+TRAINING_KEYS = (
+    "obs",
+    "plan_obs",
+    "actions",
+    "chunk_offset",
+    "plan_horizon",
+    "log_prob",
+    "value",
+    "advantage",
+    "returns",
+    "weight",
+)
+
+
+@dataclass
+class Transition:
+    """What one chunk step adds for all ``B`` slots."""
+
+    obs: torch.Tensor
+    plan_obs: torch.Tensor
+    actions: torch.Tensor
+    chunk_offset: torch.Tensor
+    plan_horizon: torch.Tensor
+    log_prob: torch.Tensor
+    value: torch.Tensor
+    reward: torch.Tensor  # env reward plus the time-out bootstrap
+    env_reward: torch.Tensor
+    done: torch.Tensor
+    timeout: torch.Tensor
+    success: torch.Tensor
+    executed_actions: torch.Tensor
+
+
+@dataclass
+class Trajectories:
+    """``B`` finished episodes. Step fields are ``[T, B, ...]``, episode fields ``[B]``."""
+
+    obs: torch.Tensor
+    plan_obs: torch.Tensor
+    actions: torch.Tensor
+    chunk_offset: torch.Tensor
+    plan_horizon: torch.Tensor
+    log_prob: torch.Tensor
+    value: torch.Tensor
+    reward: torch.Tensor
+    env_reward: torch.Tensor
+    done: torch.Tensor
+    timeout: torch.Tensor
+    success: torch.Tensor
+    executed_actions: torch.Tensor
+    valid: torch.Tensor
+    advantage: torch.Tensor
+    returns: torch.Tensor
+    task_id: torch.Tensor
+    init_state_index: torch.Tensor
+    group_index: torch.Tensor
+    horizon: torch.Tensor
+    episode_success: torch.Tensor
+    episode_return: torch.Tensor
+    episode_length: torch.Tensor
+    loss_mask: torch.Tensor
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.task_id.shape[0])
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.obs.shape[0])
+
+    def select(self, episodes: torch.Tensor) -> Trajectories:
+        """The episodes at ``episodes`` (indices or a boolean mask), in that order."""
+        values = {name: getattr(self, name)[:, episodes] for name in STEP_FIELDS}
+        values |= {name: getattr(self, name)[episodes] for name in EPISODE_FIELDS}
+        return Trajectories(**values)
+
+    def with_loss_mask(self, loss_mask: torch.Tensor) -> Trajectories:
+        return replace(self, loss_mask=loss_mask.to(torch.float32))
+
+    def last_step_index(self) -> torch.Tensor:
+        """Row of each episode's final decision ``[B]``."""
+        return (self.valid.long().sum(0) - 1).clamp(min=0)
+
+    def training_samples(self) -> dict[str, torch.Tensor]:
+        """Valid rows flattened to ``[N, ...]``, with the loss weight of each row."""
+        valid = self.valid
+        weight = (self.loss_mask[None, :].expand_as(valid)).to(torch.float32)
+        columns = {name: getattr(self, name)[valid] for name in TRAINING_KEYS if name != "weight"}
+        columns["weight"] = weight[valid]
+        return columns
+
+
+def concat_trajectories(parts: list[Trajectories]) -> Trajectories:
+    if not parts:
+        raise ValueError("nothing to concatenate")
+    values = {}
+    for item in fields(Trajectories):
+        dim = 1 if item.name in STEP_FIELDS else 0
+        values[item.name] = torch.cat([getattr(part, item.name) for part in parts], dim=dim)
+    return Trajectories(**values)
+
+
+class RolloutStorage:
+    """Collects ``Transition``s of one round and turns them into ``Trajectories``."""
+
+    def __init__(self, num_steps: int, num_envs: int) -> None:
+        self.num_steps = num_steps
+        self.num_envs = num_envs
+        self._rows: list[Transition] = []
+
+    @property
+    def step(self) -> int:
+        return len(self._rows)
+
+    def add(self, transition: Transition) -> None:
+        if self.step >= self.num_steps:
+            raise RuntimeError(f"rollout storage overflow: it holds {self.num_steps} steps")
+        self._rows.append(transition)
+
+    def clear(self) -> None:
+        self._rows = []
+
+    def finish(
+        self,
+        task_id: int,
+        init_state_index: torch.Tensor,
+        group_index: torch.Tensor,
+        horizon: torch.Tensor,
+    ) -> Trajectories:
+        """Stack the round, mark each slot's rows after its first ``done`` invalid and
+        summarise each episode. Missing rows (all slots finished early) are padded."""
+        if not self._rows:
+            raise RuntimeError("no steps were stored")
+        stacked = {
+            name.name: torch.stack([getattr(row, name.name) for row in self._rows])
+            for name in fields(Transition)
+        }
+        padding = self.num_steps - self.step
+        if padding:
+            for name, value in stacked.items():
+                pad = value.new_zeros(padding, *value.shape[1:])
+                if name == "done":
+                    pad = torch.ones_like(pad)
+                stacked[name] = torch.cat([value, pad])
+        done = stacked["done"]
+        ended_before = torch.cumsum(done.long(), dim=0) - done.long()
+        valid = ended_before == 0
+        # Rows after the episode are dead: no reward, no value, flagged done so that
+        # discounting never crosses into them.
+        for name in ("reward", "env_reward", "value"):
+            stacked[name] = stacked[name] * valid
+        stacked["done"] = done | ~valid
+        stacked["success"] = stacked["success"] & valid
+        stacked["timeout"] = stacked["timeout"] & valid
+        stacked["executed_actions"] = stacked["executed_actions"] * valid
+        batch = self.num_envs
+        return Trajectories(
+            **stacked,
+            valid=valid,
+            advantage=torch.zeros(self.num_steps, batch),
+            returns=torch.zeros(self.num_steps, batch),
+            task_id=torch.full((batch,), task_id, dtype=torch.long),
+            init_state_index=init_state_index.long(),
+            group_index=group_index.long(),
+            horizon=horizon.long(),
+            episode_success=stacked["success"].any(0),
+            episode_return=stacked["env_reward"].sum(0),
+            episode_length=stacked["executed_actions"].sum(0),
+            loss_mask=torch.ones(batch),
+        )
+
+
+def minibatches(
+    samples: dict[str, torch.Tensor], num_minibatches: int, generator: torch.Generator | None = None
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Shuffle the rows and split them into ``num_minibatches`` near-equal parts."""
+    count = next(iter(samples.values())).shape[0]
+    order = torch.randperm(count, generator=generator)
+    for part in torch.tensor_split(order, num_minibatches):
+        if part.numel():
+            yield {name: value[part] for name, value in samples.items()}

@@ -1,0 +1,19 @@
+"""Vectorised environments: the interface, the built-in fast env and a registry."""
+
+from trainer.envs.builtin_reach import TASK_NAMES, BuiltinReachEnv
+from trainer.envs.registry import UnknownEnvError, env_names, make_vector_env, register_env
+from trainer.envs.subproc_vector_env import EnvWorkerError, SubprocVectorEnv
+from trainer.envs.vector_env import EnvStep, VectorEnv
+
+__all__ = [
+    "TASK_NAMES",
+    "BuiltinReachEnv",
+    "EnvStep",
+    "EnvWorkerError",
+    "SubprocVectorEnv",
+    "UnknownEnvError",
+    "VectorEnv",
+    "env_names",
+    "make_vector_env",
+    "register_env",
+]

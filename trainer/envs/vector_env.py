@@ -1,0 +1,83 @@
+"""The one vectorised environment interface every env in Armature implements.
+
+Everything is a batch: ``num_envs`` copies step together. Observations, rewards and
+flags are torch tensors on the CPU so a rollout never converts between libraries.
+
+Why a chunk axis: a policy sends ``num_action_chunks`` actions per env step (seed 000).
+The env executes them in order and stops a copy early when its episode ends, so one
+``step`` call is one decision of the policy.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """What ``VectorEnv.step`` returns for the whole batch.
+
+    ``final_observation`` holds, for copies whose episode ended in this step
+    (``terminated | truncated``), the true last observation of that episode, taken
+    before the automatic reset; ``obs`` then already is the first observation of the
+    next episode. For the other copies the row equals ``obs``.
+    """
+
+    obs: torch.Tensor  # [N, *obs_shape]
+    reward: torch.Tensor  # [N] float, summed over the executed actions of the chunk
+    terminated: torch.Tensor  # [N] bool: the episode reached a terminal state (success)
+    truncated: torch.Tensor  # [N] bool: the time limit ended the episode (not terminal)
+    success: torch.Tensor  # [N] bool: the task was solved in this step
+    executed_actions: torch.Tensor  # [N] long: actions of the chunk actually executed
+    # [N, *obs_shape], or None for an env that cannot report it (then the time-out
+    # bootstrap falls back to ``obs``)
+    final_observation: torch.Tensor | None = None
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+    @property
+    def info(self) -> dict[str, torch.Tensor]:
+        """The gymnasium-style info mapping, for code that expects one."""
+        info = {"success": self.success, "executed_actions": self.executed_actions}
+        if self.final_observation is not None:
+            info["final_observation"] = self.final_observation
+        return info
+
+
+class VectorEnv(ABC):
+    """A batch of ``num_envs`` copies of one environment family.
+
+    ``reset`` puts every copy into a given init state of a given task. When an
+    episode ends, the copy resets itself to the same init state (auto-reset) and the
+    true final observation is reported in ``EnvStep.final_observation``.
+    """
+
+    num_envs: int
+    num_tasks: int
+    obs_shape: tuple[int, ...]
+    action_dim: int
+    max_episode_steps: int
+
+    @abstractmethod
+    def init_states(self, task_id: int) -> torch.Tensor:
+        """All init states of a task, ``[num_init_states, state_dim]``, fixed per task."""
+
+    @abstractmethod
+    def task_name(self, task_id: int) -> str:
+        """A human-readable task name (used in logs, never in metric keys)."""
+
+    @abstractmethod
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        """Reset copy ``i`` to ``init_states[i]`` of ``task_id`` and return the observations."""
+
+    @abstractmethod
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        """Execute ``actions`` of shape ``[N, chunk, action_dim]`` (or ``[N, action_dim]``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most envs hold nothing
+        """Release simulator resources; the built-in env holds none."""

@@ -1,0 +1,46 @@
+"""The contract between the rollout loop and any policy, including large VLA models.
+
+The rollout loop (``trainer.algorithms``) only calls the two methods below, so a large
+vision-language-action model (OpenVLA-OFT, pi0 / pi0.5) plugs in by wrapping it in an
+adapter that implements ``ChunkedPolicy``:
+
+- ``sample_plan(obs, horizons)`` returns the full plan ``[B, max_horizon, action_dim]``
+  and per-action log-probs ``[B, max_horizon]`` over the env's action dims. A flow or
+  diffusion head (pi0) returns the log-prob of its own sampling chain; an
+  autoregressive token head (OpenVLA) returns the sum of its action-token log-probs.
+  A model that can only plan one fixed length per forward groups the batch by horizon
+  and calls itself once per group, as RLinf's OpenPI ``predict_action_batch`` does.
+- ``chunk_log_prob(plan_obs, horizons, offsets, chunk_actions)`` recomputes, with
+  gradients, the log-prob and entropy of the chunk that started at ``offsets`` in the
+  plan made from ``plan_obs``. It must return exactly what ``sample_plan`` gave for
+  the same parameters (``tests/trainer/models`` checks this for the built-in policy).
+
+Adapters for such models need a GPU with tens of GB of memory and their own weights;
+they are not part of the CPU test suite. The built-in ``GaussianChunkPolicy`` (MLP or
+CNN encoder) implements the same contract and is what CPU runs use.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class ChunkedPolicy(Protocol):
+    action_dim: int
+    env_action_dim: int
+    max_horizon: int
+
+    def sample_plan(
+        self, obs: torch.Tensor, horizons: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def chunk_log_prob(
+        self,
+        plan_obs: torch.Tensor,
+        horizons: torch.Tensor,
+        offsets: torch.Tensor,
+        chunk_actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...

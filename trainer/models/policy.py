@@ -1,0 +1,91 @@
+"""A Gaussian policy that plans ``H`` actions at once (dynamic horizons, seed 000).
+
+The policy outputs a plan of ``max_horizon`` actions; a sample with horizon ``H``
+executes the first ``H`` of them, one chunk of ``num_action_chunks`` at a time (see
+``PlanCache``). The horizon is an input, so the policy knows how long it will act
+open-loop. Log-probabilities count only the env's action dims: a model may predict
+more dims than the env takes, and the extra dims are never executed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from trainer.models.encoders import mlp
+
+
+class GaussianChunkPolicy(nn.Module):
+    """``obs, H -> Normal(mean [B, max_horizon, action_dim], std [action_dim])``."""
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        action_dim: int,
+        env_action_dim: int,
+        max_horizon: int,
+        head_sizes: tuple[int, ...] = (),
+        init_log_std: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if env_action_dim > action_dim:
+            raise ValueError(
+                f"the model predicts {action_dim} action dims but the env needs {env_action_dim}"
+            )
+        self.encoder = encoder
+        self.action_dim = action_dim
+        self.env_action_dim = env_action_dim
+        self.max_horizon = max_horizon
+        feature_dim = encoder.feature_dim + 1  # + the normalised horizon
+        self.head = mlp(feature_dim, head_sizes, max_horizon * action_dim)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        # Small last layer: the first plans stay close to zero motion, so exploration
+        # comes from the std rather than from a random bias per task.
+        last = self.head[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.orthogonal_(last.weight, gain=0.01)
+        nn.init.zeros_(last.bias)
+
+    def distribution(self, obs: torch.Tensor, horizons: torch.Tensor) -> Normal:
+        features = self.encoder(obs)
+        horizon_feature = (horizons.to(features.dtype) / self.max_horizon).unsqueeze(1)
+        mean = self.head(torch.cat([features, horizon_feature], dim=1))
+        mean = mean.view(-1, self.max_horizon, self.action_dim)
+        return Normal(mean, self.log_std.exp().expand_as(mean))
+
+    @torch.no_grad()
+    def sample_plan(
+        self, obs: torch.Tensor, horizons: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A full plan ``[B, max_horizon, action_dim]`` and the log-prob of each of its
+        actions over the env's dims ``[B, max_horizon]``."""
+        dist = self.distribution(obs, horizons)
+        plan = dist.mean if deterministic else dist.sample()
+        step_log_probs = dist.log_prob(plan)[..., : self.env_action_dim].sum(-1)
+        return plan, step_log_probs
+
+    def chunk_log_prob(
+        self,
+        plan_obs: torch.Tensor,
+        horizons: torch.Tensor,
+        offsets: torch.Tensor,
+        chunk_actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-prob and entropy of an executed chunk, recomputed for training.
+
+        ``plan_obs`` is the observation the plan was made from and ``offsets`` where the
+        chunk starts inside that plan: with both stored at rollout time, this gives
+        exactly the rollout's log-probabilities for the same parameters.
+        """
+        dist = self.distribution(plan_obs, horizons)
+        chunk = chunk_actions.shape[1]
+        steps = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
+        index = steps[:, :, None].expand(-1, -1, self.action_dim)
+        mean = dist.mean.gather(1, index)
+        std = dist.stddev.gather(1, index)
+        chunk_dist = Normal(mean, std)
+        dims = slice(0, self.env_action_dim)
+        log_prob = chunk_dist.log_prob(chunk_actions)[..., dims].sum((1, 2))
+        entropy = chunk_dist.entropy()[..., dims].sum((1, 2))
+        return log_prob, entropy

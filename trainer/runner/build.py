@@ -1,0 +1,119 @@
+"""Build the env, models and algorithm a config describes, checking the parts of the
+config that only the env can check (task ids, action dims) with key-path errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainer.algorithms import ALGORITHMS, OnPolicyAlgorithm, OnPolicySettings
+from trainer.config.errors import ConfigError, ConfigProblem
+from trainer.config.schema import ExperimentConfig
+from trainer.envs.registry import UnknownEnvError, make_vector_env
+from trainer.envs.vector_env import VectorEnv
+from trainer.models.critic import ValueCritic
+from trainer.models.encoders import build_encoder
+from trainer.models.policy import GaussianChunkPolicy
+
+
+@dataclass
+class Components:
+    env: VectorEnv
+    algorithm: OnPolicyAlgorithm
+    task_ids: list[int]
+
+
+def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
+    a = config.algorithm
+    normalize = a.normalize_advantages
+    if normalize is None:
+        normalize = a.name == "ppo"
+    return OnPolicySettings(
+        gamma=a.gamma,
+        gae_lambda=a.gae_lambda,
+        clip_ratio=a.clip_ratio,
+        value_clip=a.value_clip,
+        value_loss_coef=a.value_loss_coef,
+        entropy_coef=a.entropy_coef,
+        target_kl=a.target_kl,
+        update_epochs=a.update_epochs,
+        num_minibatches=a.num_minibatches,
+        learning_rate=config.actor.learning_rate,
+        max_grad_norm=config.actor.max_grad_norm,
+        normalize_advantages=normalize,
+        group_size=a.group_size,
+        use_plan_reward=a.use_plan_reward,
+        plan_reward_coef=a.plan_reward_coef,
+        base_h=a.base_h,
+        bootstrap_timeouts=a.bootstrap_timeouts,
+    )
+
+
+def _env_problems(config: ExperimentConfig, env: VectorEnv) -> list[ConfigProblem]:
+    problems = []
+    for index, task_id in enumerate(config.env.task_ids or []):
+        if task_id >= env.num_tasks:
+            problems.append(
+                ConfigProblem(
+                    f"env.task_ids[{index}]",
+                    f"{config.env.name} has tasks 0..{env.num_tasks - 1}, not {task_id}",
+                )
+            )
+    if config.actor.model.action_dim < env.action_dim:
+        problems.append(
+            ConfigProblem(
+                "actor.model.action_dim",
+                f"{config.actor.model.action_dim} is fewer than the env's {env.action_dim} "
+                "action dims",
+            )
+        )
+    return problems
+
+
+def build_components(config: ExperimentConfig, generator: torch.Generator) -> Components:
+    model = config.actor.model
+    algorithm_config = config.algorithm
+    num_envs = config.env.num_parallel_envs * algorithm_config.group_size
+    try:
+        env = make_vector_env(
+            config.env.name,
+            num_envs=num_envs,
+            max_episode_steps=config.env.max_episode_steps,
+            init_states_per_task=config.env.init_states_per_task,
+            seed=config.env.seed,
+            camera=config.env.camera,
+            num_workers=config.env.num_workers,
+        )
+    except UnknownEnvError as error:
+        raise ConfigError.single("env.name", str(error)) from None
+    except ValueError as error:
+        raise ConfigError.single("env", str(error)) from None
+    problems = _env_problems(config, env)
+    if problems:
+        raise ConfigError(problems)
+    hidden = tuple(model.hidden_sizes)
+    try:
+        encoder = build_encoder(model.kind, env.obs_shape, hidden)
+    except ValueError as error:
+        raise ConfigError.single("actor.model.kind", str(error)) from None
+    policy = GaussianChunkPolicy(
+        encoder,
+        action_dim=model.action_dim,
+        env_action_dim=env.action_dim,
+        max_horizon=max(config.rollout.action_horizons_pattern),
+        init_log_std=model.init_log_std,
+    )
+    critic = None
+    if algorithm_config.name == "ppo":
+        critic_hidden = tuple(config.critic.hidden_sizes)
+        critic = ValueCritic(build_encoder(model.kind, env.obs_shape, critic_hidden))
+    algorithm = ALGORITHMS[algorithm_config.name](
+        policy,
+        critic,
+        settings_from_config(config),
+        chunk=model.num_action_chunks,
+        generator=generator,
+    )
+    task_ids = list(config.env.task_ids) if config.env.task_ids else list(range(env.num_tasks))
+    return Components(env=env, algorithm=algorithm, task_ids=task_ids)

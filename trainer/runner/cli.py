@@ -1,0 +1,88 @@
+"""``python -m trainer run CONFIG.yaml [key=value ...] [--resume]``: train in this process.
+
+Registered with the ``python -m trainer`` dispatcher through ``add_parser``; also runs on
+its own as ``python -m trainer.runner.cli CONFIG.yaml ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
+from trainer.runner.on_policy_runner import NothingToResumeError, OnPolicyRunner
+
+EXIT_OK = 0
+EXIT_BAD_CONFIG = 2
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="experiment YAML file (see examples/)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override config keys, e.g. algorithm.name=grpo runner.iterations=50",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in runner.output_dir",
+    )
+    parser.set_defaults(handler=main)
+
+
+def add_parser(subcommands: Any) -> argparse.ArgumentParser:
+    """Register ``run`` on an ``argparse`` subparsers object."""
+    parser = subcommands.add_parser(
+        "run",
+        help="train a policy in this process",
+        description="Train a policy from an experiment config in a single process, with a "
+        "progress bar, JSONL metrics and checkpoints under runner.output_dir.",
+    )
+    _configure(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        # Warnings (e.g. the group filter giving up) get one readable line each.
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, args.overrides)
+        runner = OnPolicyRunner(config)
+        try:
+            history = runner.learn(resume=args.resume)
+        finally:
+            runner.close()
+    except ConfigError as error:
+        print(f"config error in {args.config}:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except NothingToResumeError as error:
+        print(f"cannot resume: {error}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    last = history[-1] if history else {}
+    success = last.get("rollout/success_rate")
+    print(
+        f"finished {runner.iteration}/{config.runner.iterations} iterations"
+        + (f", last success_rate {success:.3f}" if success is not None else "")
+        + f"; metrics: {runner.metrics_log.path}; checkpoints: {runner.checkpoint_dir}"
+    )
+    return EXIT_OK
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.runner.cli")
+    _configure(parser)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

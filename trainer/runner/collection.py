@@ -1,0 +1,112 @@
+"""Collecting exactly ``data_batch_size`` trajectories per iteration (seed 001), with
+the optional group filter of GRPO/RLOO and its bounded resampling."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from trainer.algorithms.group_filter import informative_groups
+from trainer.algorithms.on_policy import OnPolicyAlgorithm
+from trainer.data.rollout_storage import Trajectories, concat_trajectories
+from trainer.envs.vector_env import VectorEnv
+
+log = logging.getLogger(__name__)
+
+
+def run_round(
+    env: VectorEnv,
+    algorithm: OnPolicyAlgorithm,
+    task_id: int,
+    init_state_indices: list[int],
+    horizons: torch.Tensor,
+    num_steps: int,
+    first_group_index: int = 0,
+    group_size: int = 1,
+) -> Trajectories:
+    """Every env slot runs one episode of ``task_id`` from its init state."""
+    indices = torch.tensor(init_state_indices, dtype=torch.long)
+    obs = env.reset(task_id, env.init_states(task_id)[indices])
+    algorithm.start_round(horizons, num_steps)
+    ended = torch.zeros(env.num_envs, dtype=torch.bool)
+    for _ in range(num_steps):
+        step = env.step(algorithm.act(obs))
+        algorithm.process_env_step(step)
+        ended |= step.done
+        obs = step.obs
+        if bool(ended.all()):
+            break
+    groups = first_group_index + torch.arange(env.num_envs) // group_size
+    return algorithm.finish_round(task_id, indices, groups)
+
+
+@dataclass
+class CollectedBatch:
+    batch: Trajectories  # exactly data_batch_size trajectories
+    episodes: list[Trajectories]  # every round run this iteration (for metrics)
+    rounds: int
+    masked_trajectories: int
+    warning: str | None
+
+
+def collect_exact_batch(
+    next_round: Callable[[], Trajectories],
+    data_batch_size: int,
+    round_size: int,
+    group_size: int = 1,
+    filter_groups: bool = False,
+    max_attempts: int = 1,
+) -> CollectedBatch:
+    """Run rounds until ``data_batch_size`` trajectories are kept, then trim to exactly
+    that many (whole groups, since sizes are multiples of ``group_size``).
+
+    With ``filter_groups``, all-success and all-failure groups are set aside and more
+    rounds run, for at most ``max_attempts`` passes (a pass being the rounds one full
+    batch needs). If the batch is still short, it is completed with set-aside groups
+    whose loss mask is 0 and a warning is logged: when every rollout succeeds (or
+    fails) resampling can never help, and RIPT-VLA's unbounded loop would hang there.
+    """
+    if data_batch_size % group_size or round_size % group_size:
+        raise ValueError("data_batch_size and the round size must be multiples of group_size")
+    rounds_per_pass = -(-data_batch_size // round_size)
+    max_rounds = rounds_per_pass * (max_attempts if filter_groups else 1)
+    kept: list[Trajectories] = []
+    set_aside: list[Trajectories] = []
+    episodes: list[Trajectories] = []
+    kept_count = 0
+    rounds = 0
+    while kept_count < data_batch_size and rounds < max_rounds:
+        trajectories = next_round()
+        rounds += 1
+        episodes.append(trajectories)
+        if filter_groups:
+            mixed = informative_groups(trajectories.episode_success, group_size)
+            keep = mixed.repeat_interleave(group_size)
+            kept.append(trajectories.select(keep))
+            set_aside.append(trajectories.select(~keep))
+        else:
+            kept.append(trajectories)
+        kept_count += kept[-1].num_episodes
+    warning = None
+    masked = 0
+    if kept_count < data_batch_size:
+        masked = data_batch_size - kept_count
+        filler = concat_trajectories(set_aside).select(torch.arange(masked))
+        kept.append(filler.with_loss_mask(torch.zeros(masked)))
+        warning = (
+            f"group filter: only {kept_count} of {data_batch_size} trajectories came from "
+            f"groups with both successes and failures after {rounds} rounds "
+            f"({max_attempts} attempts); training on the rest with loss mask 0"
+        )
+        log.warning(warning)
+    batch = concat_trajectories(kept)
+    return CollectedBatch(
+        batch=batch.select(torch.arange(data_batch_size)),
+        episodes=episodes,
+        rounds=rounds,
+        masked_trajectories=masked,
+        warning=warning,
+    )
