@@ -5,7 +5,6 @@ from django.urls import include, path
 from controlplane.console.views import console_index
 from controlplane.core.views import healthz, home
 from controlplane.experiments.views import experiment_list
-from controlplane.inventory.views import cluster_list, robot_list
 from controlplane.realtime.publish import RELAY_PATH
 from controlplane.realtime.views import relay
 from controlplane.runs.views import run_list
@@ -15,8 +14,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("runs/", run_list, name="run-list"),
     path("experiments/", experiment_list, name="experiment-list"),
-    path("cluster/", cluster_list, name="cluster-list"),
-    path("robots/", robot_list, name="robot-list"),
+    path("", include("controlplane.inventory.urls")),
     path("console/", console_index, name="console"),
     path("api/v1/", include("controlplane.api.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),

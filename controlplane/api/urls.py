@@ -1,7 +1,16 @@
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from controlplane.api import views
+
+router = DefaultRouter(trailing_slash=False)
+router.register("clusters", views.ClusterViewSet, basename="api-cluster")
+router.register("robots", views.RobotViewSet, basename="api-robot")
 
 urlpatterns = [
+    path("", include(router.urls)),
+    path("placement/preview", views.placement_preview, name="placement-preview"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

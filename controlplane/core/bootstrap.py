@@ -11,6 +11,7 @@ from django.db import transaction
 
 from controlplane.experiments.models import Experiment
 from controlplane.inventory.models import Cluster
+from controlplane.inventory.services import import_cluster_yaml
 
 EXAMPLES_DIR = settings.BASE_DIR / "examples"
 DEMO_CLUSTER_FILE = EXAMPLES_DIR / "clusters" / "one_machine.yaml"
@@ -51,12 +52,10 @@ def ensure_admin(username: str = "admin") -> AdminAccount:
 def seed_demo(owner=None) -> tuple[Cluster, Experiment]:
     """The demo cluster (this machine) and a demo experiment on the built-in env.
     Idempotent: existing objects of the same names are left as they are."""
-    cluster, _ = Cluster.objects.get_or_create(
-        name="one-machine",
-        defaults={
-            "description": "This machine: one node running every component.",
-            "config_yaml": DEMO_CLUSTER_FILE.read_text(),
-        },
+    cluster = Cluster.objects.filter(name="one-machine").first() or import_cluster_yaml(
+        "one-machine",
+        DEMO_CLUSTER_FILE.read_text(),
+        "This machine: one node running every component.",
     )
     experiment, _ = Experiment.objects.get_or_create(
         name="demo-builtin-ppo",

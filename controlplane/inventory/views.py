@@ -1,15 +1,109 @@
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from controlplane.inventory import services
+from controlplane.inventory.forms import ClusterImportForm, ClusterYamlForm
 from controlplane.inventory.models import Cluster
+from controlplane.inventory.placement_preview import preview_placement
+from controlplane.inventory.selectors import get_cluster, placement_yaml, robots
+from trainer import cluster as tc
 
 
 @login_required
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "inventory/cluster_list.html", {"clusters": Cluster.objects.all()})
+    form = ClusterImportForm(request.POST or None, request.FILES or None)
+    issues = []
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            cluster = services.import_cluster_yaml(
+                data["name"], data["yaml_text"], data["description"]
+            )
+        except tc.ClusterConfigError as error:
+            issues = error.to_list()
+        else:
+            return redirect("cluster-detail", name=cluster.name)
+    clusters = Cluster.objects.prefetch_related("node_groups")
+    return render(
+        request,
+        "inventory/cluster_list.html",
+        {"clusters": clusters, "form": form, "issues": issues},
+    )
+
+
+@login_required
+def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = get_cluster(name)
+    groups = cluster.node_groups.prefetch_related("env_configs", "robots")
+    return render(
+        request,
+        "inventory/cluster_detail.html",
+        {"cluster": cluster, "groups": groups, "nodes": cluster.nodes.all()[:500]},
+    )
+
+
+@login_required
+def cluster_export(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = get_cluster(name)
+    response = HttpResponse(services.export_cluster_yaml(cluster), content_type="text/yaml")
+    response["Content-Disposition"] = f'attachment; filename="{cluster.name}.yaml"'
+    return response
+
+
+@login_required
+def cluster_edit(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = get_cluster(name)
+    form = ClusterYamlForm(
+        request.POST or None, initial={"yaml_text": services.export_cluster_yaml(cluster)}
+    )
+    issues = []
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.import_cluster_yaml(cluster.name, form.cleaned_data["yaml_text"])
+        except tc.ClusterConfigError as error:
+            issues = error.to_list()
+        else:
+            return redirect("cluster-detail", name=cluster.name)
+    return render(
+        request, "inventory/cluster_edit.html", {"cluster": cluster, "form": form, "issues": issues}
+    )
+
+
+@login_required
+@require_POST
+def cluster_validate(request: HttpRequest) -> HttpResponse:
+    """As-you-type validation of a cluster YAML (htmx)."""
+    try:
+        tc.load_cluster_yaml(request.POST.get("yaml_text", ""))
+        issues = []
+    except tc.ClusterConfigError as error:
+        issues = error.to_list()
+    return render(request, "inventory/_config_issues.html", {"issues": issues, "checked": True})
+
+
+@login_required
+def placement_page(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = get_cluster(name)
+    spec = services.to_trainer_cluster(cluster)
+    text = placement_yaml(cluster.component_placement)
+    return render(
+        request,
+        "inventory/placement.html",
+        {"cluster": cluster, "placement_text": text, "preview": preview_placement(spec, text)},
+    )
+
+
+@login_required
+@require_POST
+def placement_preview_fragment(request: HttpRequest, name: str) -> HttpResponse:
+    """The grid (or the errors) for the placement being typed (htmx)."""
+    spec = services.to_trainer_cluster(get_cluster(name))
+    preview = preview_placement(spec, request.POST.get("placement", ""))
+    return render(request, "inventory/_placement_result.html", {"preview": preview})
 
 
 @login_required
 def robot_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "inventory/robot_list.html")
+    return render(request, "inventory/robot_list.html", {"robots": robots()})

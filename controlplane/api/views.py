@@ -1,0 +1,102 @@
+"""REST endpoints of the inventory. Invalid cluster configs and placements answer 400
+with `{"errors": [...]}`, each error naming its rule, key path, component, segment and
+(for YAML) line."""
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.serializers import (
+    ClusterSerializer,
+    ClusterWriteSerializer,
+    NodeSerializer,
+    PlacementPreviewSerializer,
+    RobotSerializer,
+)
+from controlplane.inventory import services
+from controlplane.inventory.models import Cluster
+from controlplane.inventory.selectors import robots
+from trainer import cluster as tc
+
+
+def config_errors(error: tc.ClusterConfigError) -> Response:
+    return Response({"errors": error.to_list()}, status=status.HTTP_400_BAD_REQUEST)
+
+
+class ClusterViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    queryset = Cluster.objects.prefetch_related("node_groups__env_configs", "node_groups__robots")
+    serializer_class = ClusterSerializer
+    lookup_field = "name"
+
+    @extend_schema(request=ClusterWriteSerializer, responses={201: ClusterSerializer})
+    def create(self, request: Request) -> Response:
+        return self._write(request, status.HTTP_201_CREATED)
+
+    @extend_schema(request=ClusterWriteSerializer, responses={200: ClusterSerializer})
+    def update(self, request: Request, name: str) -> Response:
+        get_object_or_404(Cluster, name=name)
+        return self._write(request, status.HTTP_200_OK, name=name)
+
+    def _write(self, request: Request, success: int, name: str | None = None) -> Response:
+        body = ClusterWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            spec = (
+                tc.load_cluster_yaml(data["yaml"])
+                if "yaml" in data
+                else tc.cluster_from_dict(data["config"])
+            )
+        except tc.ClusterConfigError as error:
+            return config_errors(error)
+        cluster = services.save_cluster(name or data["name"], spec, data["description"])
+        return Response(ClusterSerializer(cluster).data, status=success)
+
+    @extend_schema(responses={200: OpenApiResponse(description="The cluster as YAML")})
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, name: str) -> HttpResponse:
+        cluster = self.get_object()
+        return HttpResponse(services.export_cluster_yaml(cluster), content_type="text/yaml")
+
+    @extend_schema(responses={200: NodeSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def nodes(self, request: Request, name: str) -> Response:
+        page = self.paginate_queryset(self.get_object().nodes.all())
+        return self.get_paginated_response(NodeSerializer(page, many=True).data)
+
+
+class RobotViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = robots()
+    serializer_class = RobotSerializer
+
+
+@extend_schema(
+    request=PlacementPreviewSerializer,
+    responses={
+        200: OpenApiResponse(description="{plan: {num_nodes, components: {name: processes}}}"),
+        400: OpenApiResponse(description="{errors: [{rule, message, location, line, …}]}"),
+    },
+)
+@api_view(["POST"])
+def placement_preview(request: Request) -> Response:
+    body = PlacementPreviewSerializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    data = body.validated_data
+    try:
+        if "cluster" in data:
+            spec = services.to_trainer_cluster(get_object_or_404(Cluster, name=data["cluster"]))
+        else:
+            spec = tc.load_cluster_yaml(data["cluster_yaml"])
+        plan = tc.resolve_placement(spec, data.get("placement"))
+    except tc.ClusterConfigError as error:
+        return config_errors(error)
+    return Response({"plan": plan.to_dict()})

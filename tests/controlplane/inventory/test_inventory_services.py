@@ -1,0 +1,62 @@
+"""Clusters are stored as rows, validated by the trainer's rules, and export back
+without loss."""
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from controlplane.inventory.models import Cluster, Node, Robot
+from controlplane.inventory.services import (
+    export_cluster_yaml,
+    import_cluster_yaml,
+    to_trainer_cluster,
+)
+from trainer import cluster as tc
+
+pytestmark = pytest.mark.django_db
+
+EXAMPLES = sorted((Path(settings.BASE_DIR) / "examples" / "clusters").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_round_trips_through_the_database(path):
+    text = path.read_text()
+    cluster = import_cluster_yaml(path.stem.replace("_", "-"), text)
+    assert to_trainer_cluster(cluster) == tc.load_cluster_yaml(text)
+    assert tc.load_cluster_yaml(export_cluster_yaml(cluster)) == tc.load_cluster_yaml(text)
+
+
+def test_the_seed_example_imports_with_its_groups_nodes_and_robots():
+    text = (settings.BASE_DIR / "examples/clusters/heterogeneous_18_nodes.yaml").read_text()
+    cluster = import_cluster_yaml("hetero", text, "the seed's example")
+    assert cluster.num_nodes == 18
+    assert [g.label for g in cluster.node_groups.all()] == ["a800", "4090", "franka"]
+    assert Node.objects.filter(cluster=cluster).count() == 18
+    a800 = cluster.node_groups.get(label="a800")
+    assert (a800.accelerator_type, a800.accelerator_count) == ("A800", 8)
+    robots = Robot.objects.filter(node_group__cluster=cluster)
+    assert robots.count() == 2
+    assert {r.robot_ip for r in robots} <= {f"192.0.2.{i}" for i in range(256)}
+    assert tc.resolve_placement(to_trainer_cluster(cluster)).world_size("actor") > 0
+
+
+def test_reimporting_replaces_the_rows():
+    import_cluster_yaml(
+        "c",
+        "cluster:\n  num_nodes: 2\n  node_groups:\n    - label: a\n      node_ranks: 0-1\n",
+    )
+    cluster = import_cluster_yaml("c", "cluster:\n  num_nodes: 1\n")
+    assert Cluster.objects.count() == 1
+    assert cluster.node_groups.count() == 0
+    assert cluster.nodes.count() == 1
+
+
+def test_an_invalid_cluster_writes_nothing_and_names_every_problem():
+    text = "cluster:\n  num_nodes: 2\n  node_groups:\n    - label: node\n      node_ranks: 0-3\n"
+    with pytest.raises(tc.ClusterConfigError) as caught:
+        import_cluster_yaml("bad", text)
+    rules = {issue.rule for issue in caught.value.issues}
+    assert len(rules) >= 2  # the reserved label and the ranks beyond num_nodes
+    assert all(issue.line for issue in caught.value.issues)
+    assert not Cluster.objects.filter(name="bad").exists()
