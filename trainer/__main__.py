@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES = ("trainer.cluster.cli", "trainer.runner.cli")
+COMMAND_MODULES = ("trainer.cluster.cli", "trainer.runner.cli", "trainer.runtime.discover_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
