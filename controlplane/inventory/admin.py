@@ -69,9 +69,6 @@ class ClusterAdmin(admin.ModelAdmin):
         )
         obj.pk = saved.pk
 
-    def save_related(self, request, form, formsets, change) -> None:
-        """The rows come from the YAML; the read-only inlines have nothing to save."""
-
 
 @admin.register(Robot)
 class RobotAdmin(admin.ModelAdmin):
