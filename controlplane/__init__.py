@@ -1,5 +1,5 @@
-"""Armature's control plane: a Django project (web, API, realtime, Celery tasks)."""
+"""Armature's control plane: a Django project (web, API, realtime, Celery tasks).
 
-from controlplane.celery import app as celery_app
-
-__all__ = ("celery_app",)
+Kept free of imports so that `controlplane.client` (the CI client) runs without
+Django or Celery installed; the Celery app is loaded by `core.apps.CoreConfig`.
+"""

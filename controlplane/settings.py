@@ -127,6 +127,10 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    # Runs whose Ray job changed state without the trainer telling (crash, OOM, stop).
+    "reconcile-active-runs": {"task": "runs.reconcile_active", "schedule": 10.0},
+}
 
 # Where processes other than the web server reach it (the realtime relay, trainers).
 ARMATURE_WEB_URL = env_str("ARMATURE_WEB_URL", "http://127.0.0.1:8000").rstrip("/")
@@ -161,7 +165,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.roles.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
 }
@@ -183,3 +187,7 @@ LOGGING = {
 
 # How often the live status panel re-checks every component.
 ARMATURE_STATUS_INTERVAL_S = float(env_str("ARMATURE_STATUS_INTERVAL_S", "5"))
+
+# The Python that runs `python -m trainer` inside Ray jobs; empty: this process's own
+# (right for the local head). Set it for a cluster whose nodes have another layout.
+ARMATURE_TRAINER_PYTHON = env_str("ARMATURE_TRAINER_PYTHON")

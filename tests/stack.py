@@ -91,7 +91,11 @@ class Stack:
         return self.url
 
     def start_worker(self) -> None:
-        self.worker = start(worker_command(), self.env, self.log_dir / "worker.log")
+        self.worker = start(
+            worker_command(self.log_dir / "celerybeat-schedule"),
+            self.env,
+            self.log_dir / "worker.log",
+        )
 
     def stop_worker(self) -> None:
         if self.worker is not None:

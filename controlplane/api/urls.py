@@ -10,7 +10,7 @@ router.register("robots", views.RobotViewSet, basename="api-robot")
 
 urlpatterns = [
     path("", include(router.urls)),
-    path("placement/preview", views.placement_preview, name="placement-preview"),
+    path("placement/preview", views.PlacementPreviewView.as_view(), name="placement-preview"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -6,9 +6,10 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action, api_view
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from controlplane.api.serializers import (
     ClusterSerializer,
@@ -36,6 +37,7 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("node_groups__env_configs", "node_groups__robots")
     serializer_class = ClusterSerializer
     lookup_field = "name"
+    write_role = "admin"  # the inventory is shared by every run
 
     @extend_schema(request=ClusterWriteSerializer, responses={201: ClusterSerializer})
     def create(self, request: Request) -> Response:
@@ -79,24 +81,27 @@ class RobotViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = RobotSerializer
 
 
-@extend_schema(
-    request=PlacementPreviewSerializer,
-    responses={
-        200: OpenApiResponse(description="{plan: {num_nodes, components: {name: processes}}}"),
-        400: OpenApiResponse(description="{errors: [{rule, message, location, line, …}]}"),
-    },
-)
-@api_view(["POST"])
-def placement_preview(request: Request) -> Response:
-    body = PlacementPreviewSerializer(data=request.data)
-    body.is_valid(raise_exception=True)
-    data = body.validated_data
-    try:
-        if "cluster" in data:
-            spec = services.to_trainer_cluster(get_object_or_404(Cluster, name=data["cluster"]))
-        else:
-            spec = tc.load_cluster_yaml(data["cluster_yaml"])
-        plan = tc.resolve_placement(spec, data.get("placement"))
-    except tc.ClusterConfigError as error:
-        return config_errors(error)
-    return Response({"plan": plan.to_dict()})
+class PlacementPreviewView(APIView):
+    write_role = "viewer"  # a POST that only computes
+
+    @extend_schema(
+        request=PlacementPreviewSerializer,
+        responses={
+            200: OpenApiResponse(description="{plan: {num_nodes, components: {name: …}}}"),
+            400: OpenApiResponse(description="{errors: [{rule, message, location, line, …}]}"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = PlacementPreviewSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            if "cluster" in data:
+                cluster = get_object_or_404(Cluster, name=data["cluster"])
+                spec = services.to_trainer_cluster(cluster)
+            else:
+                spec = tc.load_cluster_yaml(data["cluster_yaml"])
+            plan = tc.resolve_placement(spec, data.get("placement"))
+        except tc.ClusterConfigError as error:
+            return config_errors(error)
+        return Response({"plan": plan.to_dict()})

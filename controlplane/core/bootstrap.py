@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from controlplane.experiments.models import Experiment
+from controlplane.experiments.services import create_experiment
 from controlplane.inventory.models import Cluster
 from controlplane.inventory.services import import_cluster_yaml
 
@@ -57,13 +58,11 @@ def seed_demo(owner=None) -> tuple[Cluster, Experiment]:
         DEMO_CLUSTER_FILE.read_text(),
         "This machine: one node running every component.",
     )
-    experiment, _ = Experiment.objects.get_or_create(
-        name="demo-builtin-ppo",
-        defaults={
-            "description": "PPO on the built-in reach env; learns in a few CPU minutes.",
-            "tags": ["demo", "builtin", "ppo"],
-            "config_yaml": DEMO_EXPERIMENT_FILE.read_text(),
-            "created_by": owner,
-        },
+    experiment = Experiment.objects.filter(name="demo-builtin-ppo").first() or create_experiment(
+        "demo-builtin-ppo",
+        DEMO_EXPERIMENT_FILE.read_text(),
+        description="PPO on the built-in reach env; learns in a few CPU minutes.",
+        tags=["demo", "builtin", "ppo"],
+        author=owner,
     )
     return cluster, experiment

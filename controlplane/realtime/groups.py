@@ -1,3 +1,8 @@
 """Names of the channel-layer groups, in one place."""
 
 SYSTEM_STATUS = "system.status"
+RUNS_LIST = "runs.list"
+
+
+def run_group(run_id: int) -> str:
+    return f"run.{run_id}"

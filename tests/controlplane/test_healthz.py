@@ -47,12 +47,12 @@ def test_it_is_503_naming_what_is_down(client, settings):
 def test_it_reports_an_unreachable_broker(client, settings):
     from controlplane.celery import app
 
-    original = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:9/0"
+    original = app.conf.broker_url, app.conf.broker_transport
+    app.conf.broker_url, app.conf.broker_transport = "redis://127.0.0.1:9/0", None
     try:
         report = client.get("/healthz").json()
     finally:
-        app.conf.broker_url = original
+        app.conf.broker_url, app.conf.broker_transport = original
     assert report["checks"]["broker"]["up"] is False
     assert report["checks"]["worker"] == {
         "up": False, "latency_ms": None, "detail": "broker unreachable", "info": {},

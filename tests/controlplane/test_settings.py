@@ -48,7 +48,7 @@ def test_it_defaults_to_the_one_machine_mode(tmp_path):
     assert loaded["engine"] == "django.db.backends.sqlite3"
     assert loaded["db_name"] == str(tmp_path / "armature.sqlite3")
     assert loaded["broker"] == "filesystem://"
-    assert loaded["results"].startswith("file://")
+    assert loaded["results"].endswith(f"+file://{tmp_path}/broker/results")
     assert loaded["layer"] == "channels.layers.InMemoryChannelLayer"
     assert loaded["debug"] is False
     assert loaded["ray"] == "http://127.0.0.1:8265"

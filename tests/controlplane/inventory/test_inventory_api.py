@@ -3,6 +3,7 @@
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from controlplane.inventory.services import import_cluster_yaml
@@ -12,15 +13,37 @@ pytestmark = pytest.mark.django_db
 TWO_NODES = (settings.BASE_DIR / "examples/clusters/two_nodes.yaml").read_text()
 
 
-@pytest.fixture
-def api():
+def client_for(user) -> APIClient:
     client = APIClient()
-    client.force_authenticate(get_user_model().objects.create_user("ada"))
+    client.force_authenticate(user)
     return client
 
 
+@pytest.fixture
+def api():
+    admin = get_user_model().objects.create_user("ada")
+    admin.groups.add(Group.objects.get_or_create(name="admin")[0])
+    return client_for(admin)
+
+
+@pytest.fixture
+def viewer_api():
+    return client_for(get_user_model().objects.create_user("vic"))
+
+
 def test_it_refuses_anonymous_callers():
-    assert APIClient().get("/api/v1/clusters").status_code == 403
+    assert APIClient().get("/api/v1/clusters").status_code in (401, 403)
+
+
+def test_viewers_read_and_preview_but_do_not_write(viewer_api):
+    import_cluster_yaml("lab", TWO_NODES)
+    assert viewer_api.get("/api/v1/clusters/lab").status_code == 200
+    preview = viewer_api.post("/api/v1/placement/preview", {"cluster": "lab"}, format="json")
+    assert preview.status_code == 200
+    refused = viewer_api.post("/api/v1/clusters", {"name": "x", "yaml": TWO_NODES}, format="json")
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == "This needs the admin role; you are viewer."
+    assert viewer_api.delete("/api/v1/clusters/lab").status_code == 403
 
 
 def test_it_creates_lists_shows_exports_and_deletes_a_cluster(api):

@@ -67,7 +67,11 @@ class Command(BaseCommand):
         env["RAY_ADDRESS"] = ray_address
         child_env = {**os.environ, **env}
         manager.add_process("web", shlex.join(web_command(host, port)), env=child_env)
-        manager.add_process("worker", shlex.join(worker_command()), env=child_env)
+        manager.add_process(
+            "worker",
+            shlex.join(worker_command(settings.VAR_DIR / "celerybeat-schedule")),
+            env=child_env,
+        )
 
         self.stdout.write(
             self.style.SUCCESS(

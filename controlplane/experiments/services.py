@@ -1,0 +1,73 @@
+"""Experiments and their revisions. Every config is validated by the trainer's own
+schema before it is stored; a revision is never changed once written."""
+
+import difflib
+
+from django.db import transaction
+
+from controlplane.experiments.models import Experiment, Revision
+from trainer.config.loading import parse_yaml, validate_config
+
+
+def validate_config_yaml(text: str) -> None:
+    """Raise `trainer.config.errors.ConfigError` (every problem with its key path)."""
+    validate_config(parse_yaml(text))
+
+
+@transaction.atomic
+def create_experiment(
+    name: str, config_yaml: str, *, description: str = "", tags: list[str] | None = None,
+    author=None,
+) -> Experiment:  # fmt: skip
+    validate_config_yaml(config_yaml)
+    experiment = Experiment.objects.create(
+        name=name, description=description, tags=tags or [], created_by=author
+    )
+    Revision.objects.create(
+        experiment=experiment, number=1, config_yaml=config_yaml, author=author,
+        message="created",
+    )  # fmt: skip
+    return experiment
+
+
+@transaction.atomic
+def save_revision(
+    experiment: Experiment, config_yaml: str, *, author=None, message: str = ""
+) -> Revision:
+    """A new revision when the config changed; the latest one when it did not."""
+    validate_config_yaml(config_yaml)
+    locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    latest = locked.latest_revision
+    if latest is not None and latest.config_yaml == config_yaml:
+        return latest
+    revision = Revision.objects.create(
+        experiment=locked,
+        number=(latest.number if latest else 0) + 1,
+        config_yaml=config_yaml,
+        author=author,
+        message=message,
+    )
+    locked.save(update_fields=["updated_at"])
+    return revision
+
+
+def update_details(experiment: Experiment, *, description: str, tags: list[str]) -> Experiment:
+    experiment.description = description
+    experiment.tags = tags
+    experiment.save(update_fields=["description", "tags", "updated_at"])
+    return experiment
+
+
+def clone_experiment(source: Experiment, name: str, *, author=None) -> Experiment:
+    latest = source.latest_revision
+    return create_experiment(
+        name, latest.config_yaml, description=source.description, tags=list(source.tags),
+        author=author,
+    )  # fmt: skip
+
+
+def config_diff(old: str, new: str, old_label: str, new_label: str) -> list[str]:
+    """Unified diff lines between two configs."""
+    return list(
+        difflib.unified_diff(old.splitlines(), new.splitlines(), old_label, new_label, lineterm="")
+    )

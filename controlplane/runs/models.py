@@ -1,0 +1,117 @@
+"""Runs: a frozen config launched as a Ray job, its state machine, events and metrics."""
+
+from django.conf import settings
+from django.db import models
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    SUBMITTING = "submitting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+FINAL_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT}
+)
+
+
+class Run(models.Model):
+    experiment = models.ForeignKey(
+        "experiments.Experiment", on_delete=models.PROTECT, related_name="runs"
+    )
+    revision = models.ForeignKey("experiments.Revision", on_delete=models.PROTECT)
+    cluster = models.ForeignKey(
+        "inventory.Cluster", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    overrides = models.JSONField(default=list, blank=True, help_text='["key=value", …]')
+    # The config exactly as the trainer receives it (revision + overrides + cluster).
+    config_yaml = models.TextField()
+    state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.QUEUED)
+    exit_reason = models.TextField(blank=True)
+    progress_step = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict, blank=True)
+    timeout_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Stop the run as timed out after this many seconds."
+    )
+    ray_job_id = models.CharField(max_length=200, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"], name="unique_idempotency_key"
+            )
+        ]
+        indexes = [models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.experiment.name})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def submission_id(self) -> str:
+        """The Ray job's submission id: fixed per run, so a retried submit cannot start a
+        second job."""
+        return f"armature-run-{self.pk}"
+
+
+class RunEvent(models.Model):
+    """The run's timeline: state changes, checkpoints, the trainer's own events."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=50)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.kind}"
+
+
+class TelemetryBatch(models.Model):
+    """A message from the trainer's link, stored once per (run, seq) so a resent batch
+    is acknowledged without being stored twice."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="telemetry")
+    seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=20)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq}"
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    key = models.CharField(max_length=200)
+    step = models.PositiveBigIntegerField()
+    value = models.FloatField()
+    wall_time = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "key", "step"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key}@{self.step}={self.value}"

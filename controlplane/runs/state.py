@@ -1,0 +1,62 @@
+"""The one place that changes a run's state."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.realtime.groups import RUNS_LIST, run_group
+from controlplane.realtime.publish import publish
+from controlplane.runs.models import FINAL_STATES, Run, RunEvent, RunState
+
+ALLOWED = {
+    RunState.QUEUED: {RunState.SUBMITTING, RunState.CANCELLED, RunState.FAILED},
+    RunState.SUBMITTING: {
+        RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED,
+        RunState.TIMED_OUT,
+    },
+    RunState.RUNNING: {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT},
+}  # fmt: skip
+
+
+class IllegalTransition(Exception):
+    def __init__(self, run: Run, to: str):
+        super().__init__(f"run {run.pk} cannot go from {run.state} to {to}")
+        self.run, self.to = run, to
+
+
+def transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
+    """Move run `run_id` to state `to`, recording an event and telling browsers.
+
+    Raises IllegalTransition for a move the state machine does not allow (including any
+    move out of a final state); moving to the current state is a no-op."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.state == to:
+            return run
+        if to not in ALLOWED.get(run.state, set()):
+            raise IllegalTransition(run, to)
+        now = timezone.now()
+        previous, run.state = run.state, to
+        if to == RunState.SUBMITTING:
+            run.submitted_at = now
+        elif to == RunState.RUNNING:
+            run.started_at = now
+        elif to in FINAL_STATES:
+            run.finished_at = now
+            run.exit_reason = reason or run.exit_reason
+        for name, value in fields.items():
+            setattr(run, name, value)
+        run.save()
+        RunEvent.objects.create(
+            run=run, kind="state", message=reason, data={"from": previous, "to": to}
+        )
+        message = {"type": "run.state", "run": run.pk, "state": to, "reason": reason}
+        transaction.on_commit(lambda: _announce(run.pk, message))
+    return run
+
+
+def _announce(run_id: int, message: dict) -> None:
+    for group in (run_group(run_id), RUNS_LIST):
+        try:
+            publish(group, message)
+        except OSError:  # browsers catch up on their next load; the state is stored
+            pass
