@@ -4,16 +4,14 @@ from django.urls import include, path
 
 from controlplane.console.views import console_index
 from controlplane.core.views import healthz, home
-from controlplane.experiments.views import experiment_list
 from controlplane.realtime.publish import RELAY_PATH
 from controlplane.realtime.views import relay
-from controlplane.runs.views import run_list
 
 urlpatterns = [
     path("", home, name="home"),
     path("healthz", healthz, name="healthz"),
-    path("runs/", run_list, name="run-list"),
-    path("experiments/", experiment_list, name="experiment-list"),
+    path("", include("controlplane.runs.urls")),
+    path("", include("controlplane.experiments.urls")),
     path("", include("controlplane.inventory.urls")),
     path("console/", console_index, name="console"),
     path("api/v1/", include("controlplane.api.urls")),

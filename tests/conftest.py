@@ -14,14 +14,10 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    # Messages left in the file-system broker by an earlier, interrupted run would
-    # otherwise be delivered to this run's workers.
-    broker_dir = settings.VAR_DIR / "broker"
-    if not os.environ.get("REDIS_URL") and broker_dir.exists():
-        shutil.rmtree(broker_dir)
-        for folder in ("queue", "control", "processed", "results"):
-            (broker_dir / folder).mkdir(parents=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The session's own var/ folder (tests/settings.py): database, broker, secrets.
+    if settings.VAR_DIR.name.startswith("session-"):
+        shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,14 @@
-"""Settings for the test suite: the project's own, with a var/ folder of its own so a
-running `./armature up` and the tests never share a database, broker or secrets."""
+"""Settings for the test suite: the project's own, with a var/ folder of this test
+session's own, so a running `./armature up` and other test sessions never share its
+database, broker or secrets. Processes the tests start inherit the folder through
+ARMATURE_VAR_DIR."""
 
 import os
 from pathlib import Path
 
 os.environ.setdefault(
-    "ARMATURE_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test")
+    "ARMATURE_VAR_DIR",
+    str(Path(__file__).resolve().parent.parent / "var" / "test" / f"session-{os.getpid()}"),
 )
 
 from controlplane.settings import *  # noqa: E402,F403

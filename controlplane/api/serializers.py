@@ -1,6 +1,8 @@
 from rest_framework import serializers
 
+from controlplane.experiments.models import Experiment, Revision
 from controlplane.inventory.models import Cluster, EnvConfig, Node, NodeGroup, Robot
+from controlplane.runs.models import Run
 
 
 class EnvConfigSerializer(serializers.ModelSerializer):
@@ -84,3 +86,64 @@ class PlacementPreviewSerializer(serializers.Serializer):
                 {"placement": "Must be YAML text or an object mapping components to rules."}
             )
         return data
+
+
+class RevisionSerializer(serializers.ModelSerializer):
+    author = serializers.StringRelatedField()
+
+    class Meta:
+        model = Revision
+        fields = ["number", "config_yaml", "message", "author", "created_at"]
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    created_by = serializers.StringRelatedField()
+    latest_revision = RevisionSerializer(read_only=True)
+
+    class Meta:
+        model = Experiment
+        fields = [
+            "name", "description", "tags", "created_by", "created_at", "updated_at",
+            "latest_revision",
+        ]  # fmt: skip
+
+
+class ExperimentWriteSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=50), required=False, default=list
+    )
+    config_yaml = serializers.CharField()
+
+
+class RevisionWriteSerializer(serializers.Serializer):
+    config_yaml = serializers.CharField()
+    message = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    experiment = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    revision = serializers.IntegerField(source="revision.number", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.StringRelatedField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "experiment", "revision", "cluster", "overrides", "state", "exit_reason",
+            "progress_step", "progress_total", "summary", "ray_job_id", "timeout_s",
+            "created_by", "created_at", "submitted_at", "started_at", "finished_at",
+        ]  # fmt: skip
+
+
+class RunCreateSerializer(serializers.Serializer):
+    experiment = serializers.SlugField()
+    revision = serializers.IntegerField(required=False, min_value=1)
+    cluster = serializers.SlugField(required=False)
+    overrides = serializers.ListField(
+        child=serializers.RegexField(r"^[A-Za-z_][\w.\[\]]*=", max_length=1000),
+        required=False,
+        default=list,
+    )
+    timeout_s = serializers.IntegerField(required=False, min_value=1)

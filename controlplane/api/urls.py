@@ -2,11 +2,13 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from controlplane.api import views
+from controlplane.api import experiment_views, run_views, views
 
 router = DefaultRouter(trailing_slash=False)
 router.register("clusters", views.ClusterViewSet, basename="api-cluster")
 router.register("robots", views.RobotViewSet, basename="api-robot")
+router.register("experiments", experiment_views.ExperimentViewSet, basename="api-experiment")
+router.register("runs", run_views.RunViewSet, basename="api-run")
 
 urlpatterns = [
     path("", include(router.urls)),

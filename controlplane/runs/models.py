@@ -65,6 +65,11 @@ class Run(models.Model):
         return self.state in FINAL_STATES
 
     @property
+    def success_rate(self) -> float | None:
+        """The final overall success rate the trainer reported, if any."""
+        return self.summary.get("rollout/success_rate")
+
+    @property
     def submission_id(self) -> str:
         """The Ray job's submission id: fixed per run, so a retried submit cannot start a
         second job."""

@@ -23,8 +23,9 @@ from controlplane.runs.state import IllegalTransition, transition
 from controlplane.runs.tokens import make_run_token
 from trainer.config.loading import apply_override, dump_config, parse_yaml, validate_config
 
-# A run still "submitting" this long after its submission without a Ray job is
-# submitted again (its first submission was lost, e.g. the worker died).
+# A run still queued, or "submitting" without a Ray job, this long after it was
+# created or submitted is submitted again (the first attempt was lost, e.g. the
+# worker died).
 RESUBMIT_AFTER = timedelta(seconds=30)
 LOG_TAIL_LINES = 20
 TRAINER_DIR = Path(__file__).resolve().parents[2] / "trainer"
@@ -128,7 +129,12 @@ def runtime_env(run: Run) -> dict:
 def reconcile(run_id: int) -> Run:
     """Bring the run's state in line with its Ray job's."""
     run = Run.objects.get(pk=run_id)
-    if run.is_final or run.state == RunState.QUEUED:
+    if run.is_final:
+        return run
+    if run.state == RunState.QUEUED:
+        # Its submit task was lost (e.g. the worker died holding it): submit again.
+        if timezone.now() - run.created_at > RESUBMIT_AFTER:
+            return submit(run.pk)
         return run
     job = ray_jobs.state(run.submission_id)
     if job.status == "MISSING":
@@ -164,9 +170,9 @@ def _finish(run: Run, state: RunState, reason: str) -> Run:
 
 def active_run_ids() -> list[int]:
     return list(
-        Run.objects.filter(state__in=[RunState.SUBMITTING, RunState.RUNNING]).values_list(
-            "pk", flat=True
-        )
+        Run.objects.filter(
+            state__in=[RunState.QUEUED, RunState.SUBMITTING, RunState.RUNNING]
+        ).values_list("pk", flat=True)
     )
 
 

@@ -1,8 +1,99 @@
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from controlplane.api.roles import has_role
+from controlplane.experiments.services import config_diff
+from controlplane.runs.models import Run, RunState
+from controlplane.runs.services import job_logs
+from controlplane.runs.tasks import cancel_run
+
+PAGE_SIZE = 25
+LOG_TAIL_LINES = 200
+
+
+def runs_for(params) -> tuple:
+    runs = Run.objects.select_related("experiment", "revision", "created_by")
+    filters = {
+        "state": params.get("state", ""),
+        "experiment": params.get("experiment", ""),
+        "user": params.get("user", ""),
+        "q": params.get("q", "").strip(),
+    }
+    if filters["state"] in RunState.values:
+        runs = runs.filter(state=filters["state"])
+    if filters["experiment"]:
+        runs = runs.filter(experiment__name=filters["experiment"])
+    if filters["user"]:
+        runs = runs.filter(created_by__username=filters["user"])
+    if filters["q"]:
+        runs = runs.filter(experiment__name__icontains=filters["q"])
+    return runs, filters
 
 
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/run_list.html")
+    runs, filters = runs_for(request.GET)
+    page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "runs/run_list.html",
+        {"page": page, "filters": filters, "states": RunState.values},
+    )
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("experiment", "revision"), pk=run_id)
+    return render(
+        request,
+        "runs/run_detail.html",
+        {
+            "run": run,
+            "events": run.events.all(),
+            "can_stop": has_role(request.user, "operator") and not run.is_final,
+            "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
+        },
+    )
+
+
+@login_required
+def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    try:
+        text = job_logs(run)
+    except (ConnectionError, RuntimeError) as error:
+        text = f"(logs unavailable: {error})"
+    if request.GET.get("download"):
+        response = HttpResponse(text, content_type="text/plain")
+        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.log"'
+        return response
+    tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    return render(request, "runs/_logs.html", {"run": run, "tail": tail})
+
+
+@login_required
+@require_POST
+def run_stop(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    if not has_role(request.user, "operator"):
+        return HttpResponseForbidden("Stopping runs needs the operator role.")
+    if not run.is_final:
+        cancel_run.delay(run.pk)
+        messages.info(request, f"Stopping run {run.pk}…")
+    return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+def run_diff(request: HttpRequest, run_id: int, other_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    other = get_object_or_404(Run, pk=other_id)
+    lines = config_diff(other.config_yaml, run.config_yaml, f"run {other.pk}", f"run {run.pk}")
+    return render(
+        request,
+        "experiments/diff.html",
+        {"title": f"Run {other.pk} → run {run.pk}", "lines": lines, "back_run": run},
+    )

@@ -1,0 +1,111 @@
+"""REST endpoints of runs: launch (with an Idempotency-Key), status, cancel, logs,
+events and metrics."""
+
+from django.db.models import Max
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.experiment_views import config_problems
+from controlplane.api.serializers import RunCreateSerializer, RunSerializer
+from controlplane.experiments.models import Experiment
+from controlplane.inventory.models import Cluster
+from controlplane.runs import services
+from controlplane.runs.models import Run, RunState
+from controlplane.runs.tasks import cancel_run, reconcile_run
+from trainer.config.errors import ConfigError
+
+MAX_IDEMPOTENCY_KEY = 200
+
+
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = RunSerializer
+
+    def get_queryset(self):
+        runs = Run.objects.select_related("experiment", "revision", "cluster", "created_by")
+        state = self.request.query_params.get("state")
+        if state:
+            if state not in RunState.values:
+                raise ValidationError({"state": f"Unknown state; use one of {RunState.values}."})
+            runs = runs.filter(state=state)
+        experiment = self.request.query_params.get("experiment")
+        if experiment:
+            runs = runs.filter(experiment__name=experiment)
+        return runs
+
+    @extend_schema(
+        request=RunCreateSerializer,
+        responses={201: RunSerializer, 200: RunSerializer},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
+    def create(self, request: Request) -> Response:
+        body = RunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        key = request.headers.get("Idempotency-Key") or None
+        if key and len(key) > MAX_IDEMPOTENCY_KEY:
+            raise ValidationError({"Idempotency-Key": f"At most {MAX_IDEMPOTENCY_KEY} characters."})
+        experiment = get_object_or_404(Experiment, name=data["experiment"])
+        revision = None
+        if "revision" in data:
+            revision = get_object_or_404(experiment.revisions, number=data["revision"])
+        cluster = get_object_or_404(Cluster, name=data["cluster"]) if "cluster" in data else None
+        try:
+            run, created = services.launch_run(
+                experiment, user=request.user, revision=revision, cluster=cluster,
+                overrides=data["overrides"], idempotency_key=key,
+                timeout_s=data.get("timeout_s"),
+            )  # fmt: skip
+        except ConfigError as error:
+            return config_problems(error)
+        return Response(
+            RunSerializer(run).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(request=None, responses={202: RunSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        if not run.is_final:
+            cancel_run.delay(run.pk)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: RunSerializer})
+    @action(detail=True, methods=["post"])
+    def reconcile(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        reconcile_run.delay(run.pk)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses={200: str})
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str) -> HttpResponse:
+        return HttpResponse(services.job_logs(self.get_object()), content_type="text/plain")
+
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str) -> Response:
+        events = self.get_object().events.values("kind", "message", "data", "created_at")
+        return Response(list(events))
+
+    @extend_schema(parameters=[OpenApiParameter("key", str, description="a series by key")])
+    @action(detail=True, methods=["get"])
+    def metrics(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        key = request.query_params.get("key")
+        if key:
+            points = run.metrics.filter(key=key).order_by("step")
+            return Response(
+                {"key": key, "points": list(points.values("step", "value", "wall_time"))}
+            )
+        last_steps = run.metrics.values("key").annotate(step=Max("step"))
+        latest = {}
+        for row in last_steps:
+            point = run.metrics.filter(key=row["key"], step=row["step"]).first()
+            latest[row["key"]] = {"step": point.step, "value": point.value}
+        return Response({"latest": latest})

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from controlplane.runs import views
+
+urlpatterns = [
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/logs/", views.run_logs, name="run-logs"),
+    path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),
+    path("runs/<int:run_id>/diff/<int:other_id>/", views.run_diff, name="run-diff"),
+]

@@ -1,0 +1,107 @@
+"""End to end on real components: the API launches, a Celery worker submits a Ray job
+running `python -m trainer run`, and reconciliation follows it to the end; cancelling
+stops the job; a worker killed mid-submission leaves exactly one job."""
+
+import os
+import signal
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from rest_framework.test import APIClient
+
+from controlplane.experiments.services import create_experiment
+from controlplane.runs import ray_jobs, services
+from controlplane.runs.models import Run, RunState
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
+
+CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
+
+
+@pytest.fixture
+def live(stack_factory, ray_head, settings):
+    settings.RAY_ADDRESS = ray_head.url
+    stack = stack_factory(RAY_ADDRESS=ray_head.url)
+    stack.start_worker()
+    create_experiment("demo", CONFIG)
+    user = get_user_model().objects.create_user("olga")
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    api = APIClient()
+    api.force_authenticate(user)
+    return stack, api
+
+
+def state_of(run_id: int) -> str:
+    return Run.objects.get(pk=run_id).state
+
+
+def wait_for_state(run_id: int, states: set[str], timeout_s: float = 180) -> Run:
+    wait_until(lambda: state_of(run_id) in states, timeout_s, f"run {run_id} in {states}", 0.5)
+    return Run.objects.get(pk=run_id)
+
+
+def jobs_for(run: Run) -> list:
+    return [j for j in ray_jobs.client().list_jobs() if j.submission_id == run.submission_id]
+
+
+def test_a_run_launched_over_the_api_succeeds(live):
+    stack, api = live
+    created = api.post(
+        "/api/v1/runs", {"experiment": "demo", "overrides": ["runner.iterations=3"]}, format="json"
+    )
+    assert created.status_code == 201
+    run = wait_for_state(created.json()["id"], {"succeeded", "failed"})
+    assert run.state == RunState.SUCCEEDED, run.exit_reason
+    assert run.ray_job_id == run.submission_id
+    assert "finished 3/3 iterations" in services.job_logs(run)
+    kinds = list(run.events.values_list("kind", flat=True))
+    assert kinds[:3] == ["launched", "state", "submitted"]
+    assert len(jobs_for(run)) == 1
+
+
+def test_cancelling_a_running_run_stops_its_job(live):
+    stack, api = live
+    run_id = api.post(
+        "/api/v1/runs", {"experiment": "demo", "overrides": ["runner.iterations=100000"]},
+        format="json",
+    ).json()["id"]  # fmt: skip
+    wait_for_state(run_id, {"running"})
+    assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
+    run = wait_for_state(run_id, {"cancelled"}, 60)
+    wait_until(lambda: ray_jobs.state(run.submission_id).status == "STOPPED", 60, "job stopped")
+
+
+def test_a_worker_killed_during_submission_leaves_one_job_and_a_finished_run(live):
+    stack, api = live
+    run_id = api.post(
+        "/api/v1/runs", {"experiment": "demo", "overrides": ["runner.iterations=3"]}, format="json"
+    ).json()["id"]
+    wait_until(lambda: state_of(run_id) != "queued", 60, "the worker to pick the run up", 0.05)
+    os.killpg(stack.worker.pid, signal.SIGKILL)
+    stack.worker.wait()
+    stack.worker = None
+    stack.start_worker()  # a new worker: reconciliation repairs whatever was cut short
+    run = wait_for_state(run_id, {"succeeded", "failed"}, 240)
+    assert run.state == RunState.SUCCEEDED, run.exit_reason
+    assert len(jobs_for(run)) == 1
+
+
+def test_submitting_twice_adopts_the_existing_job(live):
+    stack, api = live
+    stack.stop_worker()  # the test drives the services itself
+    run_id = api.post(
+        "/api/v1/runs", {"experiment": "demo", "overrides": ["runner.iterations=2"]}, format="json"
+    ).json()["id"]
+    services.submit(run_id)
+    services.submit(run_id)  # a retried task
+    run = Run.objects.get(pk=run_id)
+    assert len(jobs_for(run)) == 1
+    assert list(
+        run.events.filter(kind__in=["submitted", "adopted"]).values_list("kind", flat=True)
+    ) == [
+        "submitted",
+        "adopted",
+    ]
