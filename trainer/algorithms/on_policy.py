@@ -66,7 +66,9 @@ class OnPolicyAlgorithm(ABC):
         self.chunk = chunk
         self.generator = generator
         params = list(policy.parameters()) + (list(critic.parameters()) if critic else [])
-        self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate)
+        # foreach: one multi-tensor kernel per step instead of a loop over parameters;
+        # the default on CPU is the loop, which costs ~5% of a small-MLP update.
+        self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate, foreach=True)
         self.plan_cache: PlanCache | None = None
         self.storage: RolloutStorage | None = None
         self._pending: tuple[torch.Tensor, ChunkDraw, torch.Tensor] | None = None

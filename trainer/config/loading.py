@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
 from trainer.config.errors import ConfigError, ConfigProblem, format_key_path
 from trainer.config.schema import ExperimentConfig
 
@@ -156,6 +157,14 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigProblem]:
                     )
                 )
             seen.add(task_id)
+    if config.env.name == "libero" and config.env.suite not in LIBERO_SUITE_MAX_STEPS:
+        problems.append(
+            ConfigProblem(
+                "env.suite",
+                f"unknown LIBERO suite {config.env.suite!r}; use one of "
+                + ", ".join(LIBERO_SUITE_MAX_STEPS),
+            )
+        )
     return problems
 
 

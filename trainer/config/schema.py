@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from trainer.config.env_defaults import LIBERO_DEFAULT_SUITE, default_max_episode_steps
 
 
 class Section(BaseModel):
@@ -19,6 +21,11 @@ class Section(BaseModel):
 
 class EnvConfig(Section):
     name: str = Field("builtin_reach", description="Env family from trainer.envs' registry.")
+    suite: str | None = Field(
+        None,
+        description="LIBERO suite: libero_spatial, libero_object, libero_goal, libero_10 or "
+        "libero_90 (null: libero_spatial); other envs have none.",
+    )
     task_ids: list[int] | None = Field(
         None, description="Tasks to train on; null means every task of the env."
     )
@@ -30,7 +37,8 @@ class EnvConfig(Section):
     max_episode_steps: PositiveInt = Field(
         40,
         description="Time limit in env actions; hitting it is a time-out (truncation), "
-        "not a terminal state.",
+        "not a terminal state. Unset: 40, or the suite's usual limit for LIBERO "
+        "(220/280/300/520/400, after the settle steps).",
     )
     num_workers: int = Field(
         0,
@@ -43,6 +51,23 @@ class EnvConfig(Section):
         50, description="Size of each task's fixed init-state set (built-in env)."
     )
     seed: int = Field(0, description="Seed of the env's init-state sets.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_family_defaults(cls, data: Any) -> Any:
+        # The time limit depends on the env family and suite, so an unset limit is
+        # filled in here and the resolved config shows the number actually used.
+        # (Wrong types are left for the field validators to report.)
+        if not isinstance(data, dict):
+            return data
+        name = data.get("name", "builtin_reach")
+        if name == "libero" and data.get("suite") is None:
+            data = {**data, "suite": LIBERO_DEFAULT_SUITE}
+        suite = data.get("suite")
+        if data.get("max_episode_steps") is None and isinstance(name, str):
+            if suite is None or isinstance(suite, str):
+                data = {**data, "max_episode_steps": default_max_episode_steps(name, suite)}
+        return data
 
 
 class ModelConfig(Section):

@@ -224,4 +224,5 @@ def minibatches(
     order = torch.randperm(count, generator=generator)
     for part in torch.tensor_split(order, num_minibatches):
         if part.numel():
-            yield {name: value[part] for name, value in samples.items()}
+            # index_select: several times faster than advanced indexing on CPU
+            yield {name: value.index_select(0, part) for name, value in samples.items()}

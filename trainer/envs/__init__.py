@@ -1,6 +1,9 @@
-"""Vectorised environments: the interface, the built-in fast env and a registry."""
+"""Vectorised environments: the interface, the built-in fast env, LIBERO (an optional
+install, imported only when built) and a registry."""
 
 from trainer.envs.builtin_reach import TASK_NAMES, BuiltinReachEnv
+from trainer.envs.libero_env import LiberoVectorEnv
+from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, env_names, make_vector_env, register_env
 from trainer.envs.subproc_vector_env import EnvWorkerError, SubprocVectorEnv
 from trainer.envs.vector_env import EnvStep, VectorEnv
@@ -10,6 +13,8 @@ __all__ = [
     "BuiltinReachEnv",
     "EnvStep",
     "EnvWorkerError",
+    "LiberoNotInstalledError",
+    "LiberoVectorEnv",
     "SubprocVectorEnv",
     "UnknownEnvError",
     "VectorEnv",

@@ -47,11 +47,14 @@ class BuiltinReachEnv(VectorEnv):
         success_radius: float = 0.2,
         step_size: float = 0.1,
         camera: bool = False,
+        suite: str | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
         if camera:
             raise ValueError("the built-in env is state-only: it has no camera")
+        if suite is not None:
+            raise ValueError(f"the built-in env has no suites (got suite {suite!r})")
         self.num_envs = num_envs
         self.num_tasks = len(TASK_NAMES)
         self.action_dim = ACTION_DIM

@@ -7,17 +7,32 @@ from functools import partial
 from typing import Any
 
 from trainer.envs.builtin_reach import BuiltinReachEnv
+from trainer.envs.libero_env import LiberoVectorEnv
+from trainer.envs.libero_setup import check_libero_installed
 from trainer.envs.subproc_vector_env import SubprocVectorEnv
 from trainer.envs.vector_env import VectorEnv
 
 EnvFactory = Callable[..., VectorEnv]
+# Runs in the trainer's process before any worker starts, so a missing optional
+# dependency is one clear error instead of a traceback from every worker.
+RequirementCheck = Callable[[], None]
 
-_FACTORIES: dict[str, EnvFactory] = {"builtin_reach": BuiltinReachEnv}
+_FACTORIES: dict[str, EnvFactory] = {
+    "builtin_reach": BuiltinReachEnv,
+    # The module imports LIBERO only when an env is built: it stays optional.
+    "libero": LiberoVectorEnv,
+}
+_CHECKS: dict[str, RequirementCheck] = {"libero": check_libero_installed}
 
 
-def register_env(name: str, factory: EnvFactory) -> None:
-    """Make ``env.name: NAME`` in a config build ``factory(num_envs=..., **options)``."""
+def register_env(name: str, factory: EnvFactory, check: RequirementCheck | None = None) -> None:
+    """Make ``env.name: NAME`` in a config build ``factory(num_envs=..., **options)``;
+    ``check`` raises when the env's optional dependencies are missing."""
     _FACTORIES[name] = factory
+    if check is not None:
+        _CHECKS[name] = check
+    else:
+        _CHECKS.pop(name, None)
 
 
 def env_names() -> list[str]:
@@ -33,6 +48,8 @@ def make_vector_env(name: str, num_envs: int, num_workers: int = 0, **options: A
     over N worker processes (for slow simulators; the factory must be importable there)."""
     if name not in _FACTORIES:
         raise UnknownEnvError(f"unknown env {name!r}; known envs: {', '.join(env_names())}")
+    if name in _CHECKS:
+        _CHECKS[name]()
     factory = _FACTORIES[name]
     if num_workers:
         return SubprocVectorEnv(partial(factory, **options), num_envs, num_workers)

@@ -9,11 +9,15 @@ more dims than the env takes, and the extra dims are never executed.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.distributions import Normal
 
 from trainer.models.encoders import mlp
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class GaussianChunkPolicy(nn.Module):
@@ -47,11 +51,15 @@ class GaussianChunkPolicy(nn.Module):
         nn.init.orthogonal_(last.weight, gain=0.01)
         nn.init.zeros_(last.bias)
 
-    def distribution(self, obs: torch.Tensor, horizons: torch.Tensor) -> Normal:
+    def plan_mean(self, obs: torch.Tensor, horizons: torch.Tensor) -> torch.Tensor:
+        """Mean of the plan ``[B, max_horizon, action_dim]``."""
         features = self.encoder(obs)
         horizon_feature = (horizons.to(features.dtype) / self.max_horizon).unsqueeze(1)
         mean = self.head(torch.cat([features, horizon_feature], dim=1))
-        mean = mean.view(-1, self.max_horizon, self.action_dim)
+        return mean.view(-1, self.max_horizon, self.action_dim)
+
+    def distribution(self, obs: torch.Tensor, horizons: torch.Tensor) -> Normal:
+        mean = self.plan_mean(obs, horizons)
         return Normal(mean, self.log_std.exp().expand_as(mean))
 
     @torch.no_grad()
@@ -60,10 +68,14 @@ class GaussianChunkPolicy(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A full plan ``[B, max_horizon, action_dim]`` and the log-prob of each of its
         actions over the env's dims ``[B, max_horizon]``."""
-        dist = self.distribution(obs, horizons)
-        plan = dist.mean if deterministic else dist.sample()
-        step_log_probs = dist.log_prob(plan)[..., : self.env_action_dim].sum(-1)
-        return plan, step_log_probs
+        mean = self.plan_mean(obs, horizons)
+        if deterministic:
+            plan = mean
+        else:
+            plan = mean + self.log_std.exp() * torch.randn_like(mean)
+        dims = self.env_action_dim
+        step_log_probs = _log_prob(plan[..., :dims], mean[..., :dims], self.log_std[:dims])
+        return plan, step_log_probs.sum(-1)
 
     def chunk_log_prob(
         self,
@@ -78,14 +90,21 @@ class GaussianChunkPolicy(nn.Module):
         chunk starts inside that plan: with both stored at rollout time, this gives
         exactly the rollout's log-probabilities for the same parameters.
         """
-        dist = self.distribution(plan_obs, horizons)
         chunk = chunk_actions.shape[1]
         steps = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
         index = steps[:, :, None].expand(-1, -1, self.action_dim)
-        mean = dist.mean.gather(1, index)
-        std = dist.stddev.gather(1, index)
-        chunk_dist = Normal(mean, std)
-        dims = slice(0, self.env_action_dim)
-        log_prob = chunk_dist.log_prob(chunk_actions)[..., dims].sum((1, 2))
-        entropy = chunk_dist.entropy()[..., dims].sum((1, 2))
+        dims = self.env_action_dim
+        mean = self.plan_mean(plan_obs, horizons).gather(1, index)[..., :dims]
+        log_std = self.log_std[:dims]
+        log_prob = _log_prob(chunk_actions[..., :dims], mean, log_std).sum((1, 2))
+        entropy = (chunk * (0.5 + _HALF_LOG_2PI + log_std).sum()).expand(log_prob.shape[0])
         return log_prob, entropy
+
+
+def _log_prob(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Per-dim Gaussian log-density. Written out rather than through torch's ``Normal``
+    (argument validation, a broadcast std per row): it sits in the rollout's and the
+    update's hot loops, and sampling and training share this one formula, so the
+    recomputed log-probs match the rollout's exactly."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return -0.5 * z.pow(2) - log_std - _HALF_LOG_2PI

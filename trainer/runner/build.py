@@ -10,6 +10,7 @@ import torch
 from trainer.algorithms import ALGORITHMS, OnPolicyAlgorithm, OnPolicySettings
 from trainer.config.errors import ConfigError, ConfigProblem
 from trainer.config.schema import ExperimentConfig
+from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
 from trainer.models.critic import ValueCritic
@@ -75,6 +76,8 @@ def build_components(config: ExperimentConfig, generator: torch.Generator) -> Co
     model = config.actor.model
     algorithm_config = config.algorithm
     num_envs = config.env.num_parallel_envs * algorithm_config.group_size
+    # Only envs with suites (LIBERO) are handed one; the rest never see the key.
+    suite = {"suite": config.env.suite} if config.env.suite is not None else {}
     try:
         env = make_vector_env(
             config.env.name,
@@ -84,8 +87,9 @@ def build_components(config: ExperimentConfig, generator: torch.Generator) -> Co
             seed=config.env.seed,
             camera=config.env.camera,
             num_workers=config.env.num_workers,
+            **suite,
         )
-    except UnknownEnvError as error:
+    except (UnknownEnvError, LiberoNotInstalledError) as error:
         raise ConfigError.single("env.name", str(error)) from None
     except ValueError as error:
         raise ConfigError.single("env", str(error)) from None

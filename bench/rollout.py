@@ -1,0 +1,179 @@
+"""Benchmark: env actions per second of our rollout loop vs the raw env, same actions.
+
+Ours is the runner's collection path, `trainer.runner.collection.run_round`: reset the
+copies to init states, then per decision the policy plans (plan cache, action chunks),
+the critic values the observation, the env steps, and `process_env_step` stores the
+transition (with the time-out bootstrap); `finish_round` builds the trajectories. The
+baseline steps the same env with nothing else: `reset` to the same init states, then
+`step` with the very actions our loop sent (recorded on the way), so both runs execute
+the same env actions and the ratio is the share of time left to the env.
+
+Two envs, each its own RESULT line (target ratio >= 0.9):
+- `rollout_builtin`: the built-in env (torch, ~1.5 M actions/s). The env is so cheap
+  that the policy's forward pass dominates; the ratio shows that cost, not overhead.
+- `rollout_libero`: LIBERO libero_spatial task 0, state-only, 2 copies in 2 worker
+  processes (what `env.num_workers: 2` runs). Skipped with a note when LIBERO is not
+  installed (`./armature install-libero`).
+
+    .venv/bin/python bench/rollout.py [--repeats 7] [--libero-repeats 5] [--builtin-envs 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from trainer.config import validate_config  # noqa: E402
+from trainer.envs import EnvStep, LiberoNotInstalledError, VectorEnv  # noqa: E402
+from trainer.envs.libero_setup import check_libero_installed  # noqa: E402
+from trainer.models.plan_cache import assign_horizons  # noqa: E402
+from trainer.runner.build import Components, build_components  # noqa: E402
+from trainer.runner.collection import run_round  # noqa: E402
+
+
+class RecordingEnv(VectorEnv):
+    """Passes everything through and keeps the actions (one list append per step)."""
+
+    def __init__(self, env: VectorEnv) -> None:
+        self.env = env
+        self.num_envs = env.num_envs
+        self.num_tasks = env.num_tasks
+        self.obs_shape = env.obs_shape
+        self.action_dim = env.action_dim
+        self.max_episode_steps = env.max_episode_steps
+        self.actions: list[torch.Tensor] = []
+        self.executed = 0
+
+    def init_states(self, task_id: int) -> torch.Tensor:
+        return self.env.init_states(task_id)
+
+    def task_name(self, task_id: int) -> str:
+        return self.env.task_name(task_id)
+
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        self.actions = []
+        self.executed = 0
+        return self.env.reset(task_id, init_states)
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        self.actions.append(actions)
+        step = self.env.step(actions)
+        self.executed += int(step.executed_actions.sum())
+        return step
+
+
+def build(env_section: dict[str, Any], hidden: list[int]) -> Components:
+    config = validate_config(
+        {
+            "env": env_section,
+            "actor": {"model": {"num_action_chunks": 5, "hidden_sizes": hidden}},
+            "critic": {"hidden_sizes": hidden},
+            "rollout": {"action_horizons_pattern": [5, 10, 15]},
+            "algorithm": {"name": "ppo"},
+        }
+    )
+    return build_components(config, torch.Generator().manual_seed(0))
+
+
+def init_state_indices(env: VectorEnv, task_id: int) -> list[int]:
+    available = int(env.init_states(task_id).shape[0])
+    return [slot % available for slot in range(env.num_envs)]
+
+
+def ours_round(parts: Components, recorder: RecordingEnv, task_id: int) -> tuple[float, int]:
+    """One collection round of the runner; returns (seconds, env actions executed)."""
+    env = recorder.env
+    indices = init_state_indices(env, task_id)
+    horizons = assign_horizons([5, 10, 15], env.num_envs)
+    steps = -(-env.max_episode_steps // parts.algorithm.chunk)
+    started = time.perf_counter()
+    run_round(recorder, parts.algorithm, task_id, indices, horizons, steps)
+    return time.perf_counter() - started, recorder.executed
+
+
+def raw_round(env: VectorEnv, task_id: int, actions: list[torch.Tensor]) -> tuple[float, int]:
+    """The same reset and actions, stepped directly."""
+    states = env.init_states(task_id)[init_state_indices(env, task_id)]
+    executed = 0
+    started = time.perf_counter()
+    env.reset(task_id, states)
+    for action in actions:
+        executed += int(env.step(action).executed_actions.sum())
+    return time.perf_counter() - started, executed
+
+
+def measure(parts: Components, task_id: int, repeats: int) -> tuple[float, float]:
+    """Median env actions/s of ours and of the raw env, alternating the two."""
+    recorder = RecordingEnv(parts.env)
+    ours_rates, raw_rates = [], []
+    ours_round(parts, recorder, task_id)  # warm-up (first plans, lazy simulator state)
+    for _ in range(repeats):
+        seconds, executed = ours_round(parts, recorder, task_id)
+        ours_rates.append(executed / seconds)
+        raw_seconds, raw_executed = raw_round(parts.env, task_id, recorder.actions)
+        if raw_executed != executed:
+            raise AssertionError(f"replay executed {raw_executed} actions, ours {executed}")
+        raw_rates.append(raw_executed / raw_seconds)
+    return statistics.median(ours_rates), statistics.median(raw_rates)
+
+
+def report(name: str, ours: float, baseline: float) -> None:
+    print(
+        f"RESULT bench={name} ours={ours:.1f} baseline={baseline:.1f} "
+        f"ratio={ours / baseline:.3f} unit=steps/s better=higher"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7, help="built-in env rounds")
+    parser.add_argument("--libero-repeats", type=int, default=5, help="LIBERO rounds")
+    parser.add_argument("--builtin-envs", type=int, default=256)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    results = []
+    builtin = build(
+        {"name": "builtin_reach", "num_parallel_envs": args.builtin_envs}, hidden=[64, 64]
+    )
+    ours, raw = measure(builtin, task_id=0, repeats=args.repeats)
+    print(f"builtin_reach, {args.builtin_envs} copies: ours {ours:,.0f} actions/s, raw {raw:,.0f}")
+    results.append(("rollout_builtin", ours, raw))
+
+    try:
+        check_libero_installed()
+    except LiberoNotInstalledError as error:
+        print(f"note: skipping the LIBERO part: {error}")
+    else:
+        libero = build(
+            {
+                "name": "libero",
+                "suite": "libero_spatial",
+                "num_parallel_envs": 2,
+                "num_workers": 2,
+                "max_episode_steps": 100,
+            },
+            hidden=[64, 64],
+        )
+        try:
+            ours, raw = measure(libero, task_id=0, repeats=args.libero_repeats)
+        finally:
+            libero.env.close()
+        print(f"libero_spatial state-only, 2 copies / 2 workers: ours {ours:.1f}, raw {raw:.1f}")
+        results.append(("rollout_libero", ours, raw))
+
+    for name, ours, raw in results:
+        report(name, ours, raw)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""LIBERO behind the VectorEnv interface: a smoke test of every suite, the camera mode,
+worker processes and one runner iteration.
+
+LIBERO is an optional install (`./armature install-libero`): without it these tests
+skip with the reason, unless ARMATURE_REQUIRE_LIBERO=1 (as in CI), where they fail.
+Each simulator takes ~2-3 s to build and ~1.5 GB of memory, so every test builds at
+most one at a time (two in the worker test, one per process) and closes it.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trainer.config import validate_config
+from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
+from trainer.envs import LiberoNotInstalledError, LiberoVectorEnv, make_vector_env
+from trainer.envs.libero_env import MAX_OBJECTS, OBJECT_STATE_DIM, PROPRIO_DIM
+from trainer.envs.libero_setup import check_libero_installed
+from trainer.envs.subproc_vector_env import SubprocVectorEnv
+from trainer.runner.on_policy_runner import OnPolicyRunner
+
+SUITE_TASKS = {
+    "libero_spatial": 10,
+    "libero_object": 10,
+    "libero_goal": 10,
+    "libero_10": 10,
+    "libero_90": 90,
+}
+
+
+@pytest.fixture(scope="module")
+def libero_installed():
+    try:
+        check_libero_installed()
+    except LiberoNotInstalledError as error:
+        if os.environ.get("ARMATURE_REQUIRE_LIBERO") == "1":
+            pytest.fail(f"ARMATURE_REQUIRE_LIBERO=1 but LIBERO is not usable: {error}")
+        pytest.skip(f"LIBERO is not available: {error} (ARMATURE_REQUIRE_LIBERO=1 fails instead)")
+
+
+def test_importing_the_trainer_never_imports_libero():
+    code = (
+        "import sys, trainer.envs, trainer.runner.build, trainer.config; "
+        "heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "('libero', 'robosuite', 'mujoco', 'bddl')]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_missing_libero_setup_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path))  # no config.yaml there
+    with pytest.raises(LiberoNotInstalledError, match=r"\./armature install-libero"):
+        make_vector_env("libero", num_envs=1)
+
+
+def test_the_config_fills_in_each_suites_step_limit():
+    assert validate_config({"env": {"name": "libero"}}).env.suite == "libero_spatial"
+    for suite, limit in LIBERO_SUITE_MAX_STEPS.items():
+        env = validate_config({"env": {"name": "libero", "suite": suite}}).env
+        assert env.max_episode_steps == limit
+    explicit = {"env": {"name": "libero", "suite": "libero_10", "max_episode_steps": 9}}
+    assert validate_config(explicit).env.max_episode_steps == 9
+    assert validate_config({}).env.max_episode_steps == 40  # the built-in env's
+
+
+@pytest.mark.parametrize("suite", list(SUITE_TASKS))
+def test_each_suites_first_task_resets_steps_and_reports_success(libero_installed, suite):
+    env = LiberoVectorEnv(num_envs=1, suite=suite, max_episode_steps=3)
+    try:
+        assert env.num_tasks == SUITE_TASKS[suite]
+        assert env.action_dim == 7
+        state_dim = PROPRIO_DIM + OBJECT_STATE_DIM + env.num_tasks
+        assert env.obs_shape == (state_dim,)
+        init_states = env.init_states(0)
+        assert init_states.shape[0] == 50 and init_states.dtype == torch.float64
+        obs = env.reset(0, init_states[:1])
+        assert obs.shape == (1, state_dim) and obs[0, PROPRIO_DIM + OBJECT_STATE_DIM] == 1.0
+        # The object part is filled in, and the effector starts above the first object.
+        assert obs[0, PROPRIO_DIM : PROPRIO_DIM + 14].abs().sum() > 0
+        assert obs[0, 2] > obs[0, PROPRIO_DIM + 2]
+        step = env.step(torch.zeros(1, 2, 7))
+        assert step.executed_actions.tolist() == [2]
+        assert not step.success.item() and step.reward.item() == 0.0  # standing still
+        assert not (step.terminated | step.truncated).item()
+        step = env.step(torch.zeros(1, 2, 7))  # the third action hits the limit
+        assert step.truncated.tolist() == [True] and step.executed_actions.tolist() == [1]
+        assert step.final_observation is not None
+        # The copy restarted from its init state: the new first observation is the
+        # settled start again, the final observation the end of the episode.
+        assert torch.allclose(step.obs, obs, atol=1e-3)
+    finally:
+        env.close()
+
+
+def test_every_task_fits_the_state_layout(libero_installed):
+    from libero.libero import benchmark
+    from libero.libero.envs.bddl_utils import robosuite_parse_problem
+
+    for suite in SUITE_TASKS:
+        tasks = benchmark.get_benchmark_dict()[suite]()
+        for task_id in range(tasks.get_num_tasks()):
+            problem = robosuite_parse_problem(tasks.get_task_bddl_file_path(task_id))
+            assert sum(len(names) for names in problem["objects"].values()) <= MAX_OBJECTS
+
+
+def test_camera_mode_gives_upright_images(libero_installed):
+    env = LiberoVectorEnv(num_envs=1, suite="libero_object", camera=True, image_size=64)
+    try:
+        assert env.obs_shape == (3, 64, 64)
+        obs = env.reset(0, env.init_states(0)[:1])
+        assert obs.shape == (1, 3, 64, 64) and 0.0 <= obs.min() and obs.max() <= 1.0
+        # Upright: the table (bright, in front of the camera) fills the bottom rows
+        # and the darker background the top; MuJoCo's raw frame has them swapped.
+        top, bottom = obs[0, :, :16].mean(), obs[0, :, -16:].mean()
+        assert bottom > top
+        step = env.step(torch.zeros(1, 1, 7))
+        assert step.obs.shape == (1, 3, 64, 64)
+    finally:
+        env.close()
+
+
+def test_worker_processes_step_libero_copies(libero_installed):
+    env = make_vector_env(
+        "libero", num_envs=2, num_workers=2, suite="libero_spatial", max_episode_steps=4
+    )
+    try:
+        assert isinstance(env, SubprocVectorEnv) and env.shard_sizes == [1, 1]
+        init_states = env.init_states(0)
+        obs = env.reset(0, init_states[[0, 1]])
+        assert obs.shape == (2, env.obs_shape[0]) and not torch.equal(obs[0], obs[1])
+        step = env.step(torch.zeros(2, 4, 7))
+        assert step.truncated.tolist() == [True, True]
+    finally:
+        env.close()
+
+
+def test_the_runner_collects_and_updates_on_libero(libero_installed, tmp_path):
+    config = validate_config(
+        {
+            "name": "libero-smoke",
+            "env": {
+                "name": "libero",
+                "suite": "libero_goal",
+                "task_ids": [0],
+                "num_parallel_envs": 1,
+                "max_episode_steps": 10,
+            },
+            "actor": {"model": {"num_action_chunks": 5}},
+            "algorithm": {"data_batch_size": 2, "num_minibatches": 1, "update_epochs": 1},
+            "runner": {"iterations": 1, "progress": False, "output_dir": str(tmp_path)},
+        }
+    )
+    runner = OnPolicyRunner(config)
+    try:
+        metrics = runner.train_iteration()
+    finally:
+        runner.close()
+    assert metrics["rollout/episodes"] == 2 and metrics["rollout/episode_length"] == 10
+    assert metrics["rollout/success_rate"] == 0.0
+    assert metrics["losses/updates"] == 1
