@@ -22,6 +22,8 @@ class RunUpdatesConsumer(AsyncWebsocketConsumer):
         self.group = run_group(self.run_id) if self.run_id else RUNS_LIST
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        if self.run_id:  # anything that changed between the page load and now
+            await self._push(self.run_id)
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
@@ -36,6 +38,12 @@ class RunUpdatesConsumer(AsyncWebsocketConsumer):
 
     async def run_progress(self, event: dict) -> None:
         await self._push(event["run"])
+
+    async def run_metrics(self, event: dict) -> None:
+        """Charts arrive with the live-telemetry work; the header has nothing to show."""
+
+    async def run_event(self, event: dict) -> None:
+        """The timeline is rendered on load; events need no header update."""
 
     async def _push(self, run_id: int) -> None:
         html = await self._render(run_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
+from trainer.link import Link, RunReporter, link_from_env, report_failure
 from trainer.runner.on_policy_runner import NothingToResumeError, OnPolicyRunner
 
 EXIT_OK = 0
@@ -52,9 +53,25 @@ def main(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         # Warnings (e.g. the group filter giving up) get one readable line each.
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Launched by the control plane, the run reports over the link; alone, this is a no-op.
+    link = link_from_env()
+    try:
+        return _train(args, link)
+    except BaseException as error:
+        report_failure(link, error)
+        raise
+    finally:
+        link.close()
+
+
+def _train(args: argparse.Namespace, link: Link) -> int:
     try:
         config = load_config(args.config, args.overrides)
-        runner = OnPolicyRunner(config)
+        reporter = RunReporter(link, config)
+        reporter.started(resume=args.resume)
+        runner = OnPolicyRunner(
+            config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint
+        )
         try:
             history = runner.learn(resume=args.resume)
         finally:
@@ -63,10 +80,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"config error in {args.config}:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
+        report_failure(link, error)
         return EXIT_BAD_CONFIG
     except NothingToResumeError as error:
         print(f"cannot resume: {error}", file=sys.stderr)
+        report_failure(link, error)
         return EXIT_BAD_CONFIG
+    reporter.finished(runner.iteration)
     last = history[-1] if history else {}
     success = last.get("rollout/success_rate")
     print(

@@ -35,6 +35,7 @@ from trainer.runner.progress import ProgressBar
 
 CountsReducer = Callable[[Counter[str]], Counter[str]]
 MetricsCallback = Callable[[int, dict[str, float]], None]
+CheckpointCallback = Callable[[int, Path], None]
 
 
 class NothingToResumeError(RuntimeError):
@@ -50,6 +51,7 @@ class OnPolicyRunner:
         world_size: int = 1,
         reduce_counts: CountsReducer | None = None,
         on_metrics: MetricsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
     ) -> None:
         self.config = config
         self.output_dir = Path(
@@ -57,6 +59,7 @@ class OnPolicyRunner:
         )
         self.reduce_counts = reduce_counts or (lambda counts: counts)
         self.on_metrics = on_metrics
+        self.on_checkpoint = on_checkpoint
         if config.runner.torch_threads:
             torch.set_num_threads(config.runner.torch_threads)
         # Seeding before building makes the initial weights part of the seeded run.
@@ -157,7 +160,9 @@ class OnPolicyRunner:
             if self.on_metrics is not None:
                 self.on_metrics(self.iteration, metrics)
             if self.iteration % self.config.runner.checkpoint_every == 0 or self.iteration == total:
-                self.save()
+                path = self.save()
+                if self.on_checkpoint is not None:
+                    self.on_checkpoint(self.iteration, path)
             if progress is not None:
                 progress.update(self.iteration, _summary(metrics))
         return history

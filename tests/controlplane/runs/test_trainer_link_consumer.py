@@ -1,0 +1,238 @@
+"""The control plane's end of the trainer link, through the real ASGI WebSocket
+application: who may connect, what is stored (once), acknowledged and broadcast."""
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+
+from controlplane.experiments.services import create_experiment
+from controlplane.realtime.consumers import CLOSE_UNAUTHENTICATED
+from controlplane.realtime.groups import RUNS_LIST, run_group
+from controlplane.realtime.routing import websocket_application
+from controlplane.realtime.trainer_consumer import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND
+from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, TelemetryBatch
+from controlplane.runs.state import transition
+from controlplane.runs.tokens import make_run_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
+
+
+def make_run(state: RunState = RunState.SUBMITTING) -> Run:
+    experiment = create_experiment(f"link-{Run.objects.count()}", CONFIG)
+    run = Run.objects.create(
+        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
+    )
+    for step in {
+        RunState.QUEUED: [],
+        RunState.SUBMITTING: [RunState.SUBMITTING],
+        RunState.RUNNING: [RunState.SUBMITTING, RunState.RUNNING],
+        RunState.CANCELLED: [RunState.CANCELLED],
+    }[state]:
+        transition(run.pk, step)
+    return Run.objects.get(pk=run.pk)
+
+
+@pytest.fixture
+def run() -> Run:
+    return make_run()
+
+
+def link(run_id: int, token: str | None) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token is not None else []
+    return WebsocketCommunicator(websocket_application, f"/ws/trainer/{run_id}/", headers=headers)
+
+
+async def connected(run: Run) -> WebsocketCommunicator:
+    socket = link(run.pk, make_run_token(run.pk))
+    ok, code = await socket.connect()
+    assert ok, code
+    return socket
+
+
+async def exchange(socket: WebsocketCommunicator, message: dict | str) -> dict:
+    await socket.send_to(text_data=message if isinstance(message, str) else json.dumps(message))
+    return json.loads(await socket.receive_from(timeout=10))
+
+
+def metrics(seq: int, step: int = 1, **values: float) -> dict:
+    values = values or {"rollout/success_rate": 0.5}
+    return {"v": 1, "type": "metrics", "seq": seq, "step": step, "time": 1.7e9, "values": values}
+
+
+def event(seq: int, kind: str, **data) -> dict:
+    return {"v": 1, "type": "event", "seq": seq, "kind": kind, "data": data}
+
+
+@database_sync_to_async
+def reload(run: Run) -> Run:
+    return Run.objects.get(pk=run.pk)
+
+
+@database_sync_to_async
+def rows(model, run: Run, *fields: str) -> list:
+    return list(model.objects.filter(run=run).order_by("pk").values_list(*fields))
+
+
+@pytest.mark.parametrize("token", [None, "", "not-a-token"])
+async def test_it_refuses_a_missing_or_forged_token(run, token):
+    ok, code = await link(run.pk, token).connect()
+    assert (ok, code) == (False, CLOSE_UNAUTHENTICATED)
+
+
+async def test_it_refuses_the_token_of_another_run(run):
+    other = await database_sync_to_async(make_run)()
+    ok, code = await link(run.pk, make_run_token(other.pk)).connect()
+    assert (ok, code) == (False, CLOSE_FORBIDDEN)
+
+
+async def test_it_refuses_a_finished_run():
+    cancelled = await database_sync_to_async(make_run)(RunState.CANCELLED)
+    ok, code = await link(cancelled.pk, make_run_token(cancelled.pk)).connect()
+    assert (ok, code) == (False, CLOSE_FORBIDDEN)
+
+
+async def test_it_refuses_an_unknown_run():
+    ok, code = await link(987654, make_run_token(987654)).connect()
+    assert (ok, code) == (False, CLOSE_NOT_FOUND)
+
+
+async def test_browsers_still_need_an_allowed_origin():
+    socket = WebsocketCommunicator(websocket_application, "/ws/status/")  # no Origin
+    ok, _ = await socket.connect()
+    assert not ok
+
+
+async def test_metrics_are_stored_then_acknowledged_then_broadcast(run):
+    layer = get_channel_layer()
+    browser = await layer.new_channel()
+    await layer.group_add(run_group(run.pk), browser)
+    socket = await connected(run)
+    reply = await exchange(socket, metrics(1, step=3, **{"a/x": 1.5, "a/y": 2}))
+    assert reply == {"type": "ack", "seq": 1}
+    assert await rows(MetricPoint, run, "key", "step", "value", "wall_time") == [
+        ("a/x", 3, 1.5, 1.7e9),
+        ("a/y", 3, 2.0, 1.7e9),
+    ]
+    pushed = await layer.receive(browser)
+    assert pushed == {
+        "type": "run.metrics", "run": run.pk, "seq": 1, "step": 3, "time": 1.7e9,
+        "values": {"a/x": 1.5, "a/y": 2},
+    }  # fmt: skip
+    await socket.disconnect()
+
+
+async def test_a_resent_message_is_acknowledged_but_stored_once(run):
+    socket = await connected(run)
+    assert await exchange(socket, metrics(1)) == {"type": "ack", "seq": 1}
+    assert await exchange(socket, metrics(1)) == {"type": "ack", "seq": 1}
+    await socket.disconnect()
+    again = await connected(run)  # as after a reconnect
+    assert await exchange(again, metrics(1)) == {"type": "ack", "seq": 1}
+    assert await exchange(again, metrics(2, step=2)) == {"type": "ack", "seq": 2}
+    assert await rows(TelemetryBatch, run, "seq") == [(1,), (2,)]
+    assert await rows(MetricPoint, run, "step") == [(1,), (2,)]
+    await again.disconnect()
+
+
+NAN_VALUES = '{"v": 1, "type": "metrics", "seq": 5, "step": 1, "time": 1, "values": {"a": NaN}}'
+INFINITE_TIME = (
+    '{"v": 1, "type": "metrics", "seq": 5, "step": 1, "time": 1e999, "values": {"a": 1}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "seq", "error"),
+    [
+        ("{not json", None, "not JSON"),
+        ("[1, 2]", None, "must be a JSON object"),
+        ({**metrics(1), "seq": 0}, None, "seq must be a positive integer"),
+        ({**metrics(1), "seq": "7"}, None, "seq must be a positive integer"),
+        ({**metrics(1), "seq": True}, None, "seq must be a positive integer"),
+        ({**metrics(5), "v": 2}, 5, "v must be 1"),
+        ({**metrics(5), "type": "gossip"}, 5, "unknown type 'gossip'"),
+        ({**metrics(5), "extra": 1}, 5, "unknown fields ['extra']"),
+        ({"v": 1, "type": "metrics", "seq": 5}, 5, "missing ['step', 'time', 'values']"),
+        ({**metrics(5), "step": -1}, 5, "step must be an integer"),
+        ({**metrics(5), "step": 1.5}, 5, "step must be an integer"),
+        ({**metrics(5), "values": {}}, 5, "values must be a non-empty object"),
+        ({**metrics(5), "values": {"a": "high"}}, 5, "values['a'] must be a finite number"),
+        (NAN_VALUES, 5, "values['a'] must be a finite number"),
+        (INFINITE_TIME, 5, "time must be a finite number"),
+        (metrics(5, **{f"k{i}": 1.0 for i in range(1001)}), 5, "1001 entries; at most 1000"),
+        (metrics(5, **{"k" * 201: 1.0}), 5, "keys must have 1 to 200 characters"),
+        ({"v": 1, "type": "progress", "seq": 5, "step": 4, "total": 3}, 5, "step must not exceed"),
+        (event(5, "lunch"), 5, "unknown event kind 'lunch'"),
+        ({**event(5, "checkpoint"), "data": []}, 5, "data must be an object"),
+        (event(5, "finished"), 5, "a finished event needs data.summary"),
+        (event(5, "iteration", loss=float("inf")), 5, "non-finite number"),
+    ],
+)
+async def test_a_bad_message_gets_an_error_and_the_link_stays_open(run, message, seq, error):
+    socket = await connected(run)
+    if isinstance(message, dict):
+        message = json.dumps(message)  # json.dumps writes inf as Infinity, as a bad sender would
+    reply = await exchange(socket, message)
+    assert reply["type"] == "error" and reply["seq"] == seq
+    assert error in reply["error"]
+    assert await exchange(socket, metrics(9)) == {"type": "ack", "seq": 9}
+    assert await rows(TelemetryBatch, run, "seq") == [(9,)]
+    await socket.disconnect()
+
+
+async def test_a_binary_frame_gets_an_error(run):
+    socket = await connected(run)
+    await socket.send_to(bytes_data=b"\x00")
+    assert json.loads(await socket.receive_from(timeout=10))["error"] == "send text frames"
+    await socket.disconnect()
+
+
+async def test_started_moves_a_submitting_run_to_running(run):
+    socket = await connected(run)
+    assert await exchange(socket, event(1, "started", name="x")) == {"type": "ack", "seq": 1}
+    assert (await reload(run)).state == RunState.RUNNING
+    # A second start (say, a resumed trainer) is stored and acknowledged; the state stays.
+    assert await exchange(socket, event(2, "started")) == {"type": "ack", "seq": 2}
+    assert (await reload(run)).state == RunState.RUNNING
+    kinds = [kind for (kind,) in await rows(RunEvent, run, "kind")]
+    assert kinds == ["state", "started", "state", "started"]
+    await socket.disconnect()
+
+
+async def test_progress_updates_the_run_and_the_runs_list(run):
+    layer = get_channel_layer()
+    runs_list = await layer.new_channel()
+    await layer.group_add(RUNS_LIST, runs_list)
+    socket = await connected(run)
+    progress = {"v": 1, "type": "progress", "seq": 1, "step": 2, "total": 60}
+    assert await exchange(socket, progress) == {"type": "ack", "seq": 1}
+    stored = await reload(run)
+    assert (stored.progress_step, stored.progress_total) == (2, 60)
+    pushed = await layer.receive(runs_list)
+    assert pushed == {"type": "run.progress", "run": run.pk, "seq": 1, "step": 2, "total": 60}
+    await socket.disconnect()
+
+
+async def test_finished_stores_the_summary_but_leaves_the_state_to_ray():
+    running = await database_sync_to_async(make_run)(RunState.RUNNING)
+    socket = await connected(running)
+    summary = {"rollout/success_rate": 0.875, "losses/value_loss": 0.01}
+    message = event(1, "finished", iteration=60, total=60, summary=summary)
+    assert await exchange(socket, message) == {"type": "ack", "seq": 1}
+    stored = await reload(running)
+    assert stored.summary == summary and stored.state == RunState.RUNNING
+    await socket.disconnect()
+
+
+async def test_failed_and_checkpoint_events_join_the_timeline(run):
+    socket = await connected(run)
+    await exchange(socket, event(1, "checkpoint", iteration=20, path="/x/iter_000020.pt"))
+    await exchange(socket, event(2, "failed", error="RuntimeError: boom", traceback="..."))
+    timeline = await rows(RunEvent, run, "kind", "message")
+    assert timeline[-2:] == [("checkpoint", ""), ("failed", "RuntimeError: boom")]
+    await socket.disconnect()

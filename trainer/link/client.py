@@ -1,0 +1,218 @@
+"""The trainer's side of the link: a WebSocket to the control plane, run by a background
+thread, so that training never waits on the network.
+
+Sends are queue puts. Each message gets the next sequence number and stays in memory
+until the server acknowledges it; after a reconnect every unacknowledged message is sent
+again (the server stores each (run, seq) once, so a resend is harmless).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+from websockets.sync.client import ClientConnection, connect
+
+from trainer.link.protocol import (
+    Event,
+    EventKind,
+    Message,
+    Metrics,
+    Progress,
+    json_safe,
+    metric_chunks,
+    parse_reply,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 10_000
+INITIAL_BACKOFF_S = 0.2
+MAX_BACKOFF_S = 5.0
+OPEN_TIMEOUT_S = 5.0
+# How long the sender waits for a reply before looking for new messages to send.
+POLL_S = 0.05
+DEFAULT_FLUSH_TIMEOUT_S = 10.0
+
+
+def websocket_url(base_url: str, run_id: int) -> str:
+    """``http://host:8000`` → ``ws://host:8000/ws/trainer/<run_id>/`` (https → wss)."""
+    base = base_url.rstrip("/")
+    if base.startswith("https://"):
+        base = "wss://" + base.removeprefix("https://")
+    elif base.startswith("http://"):
+        base = "ws://" + base.removeprefix("http://")
+    return f"{base}/ws/trainer/{run_id}/"
+
+
+class TrainerLink:
+    """A run's link to the control plane. Every public method returns at once."""
+
+    def __init__(
+        self,
+        url: str,
+        run_id: int,
+        token: str,
+        *,
+        flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
+        max_pending: int = MAX_PENDING,
+        max_backoff_s: float = MAX_BACKOFF_S,
+    ) -> None:
+        self.endpoint = websocket_url(url, run_id)
+        self.flush_timeout_s = flush_timeout_s
+        self.max_pending = max_pending
+        self.max_backoff_s = max_backoff_s
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._lock = threading.Lock()
+        self._acked_all = threading.Condition(self._lock)
+        self._pending: dict[int, str] = {}  # seq → payload; insertion order is seq order
+        self._next_seq = 1
+        self._accepting = True
+        self._stop = threading.Event()
+        self.refused: str | None = None  # why the server refused the link for good
+        self.dropped = 0  # messages given up because the buffer was full
+        self._thread = threading.Thread(target=self._run, name="armature-link", daemon=True)
+        self._thread.start()
+
+    # ----- what the trainer calls ------------------------------------------------------
+    def event(self, kind: EventKind, data: dict[str, Any] | None = None) -> None:
+        payload = json_safe(data or {})
+        self._enqueue(lambda seq: Event(seq=seq, kind=kind, data=payload))
+
+    def metrics(self, step: int, values: dict[str, float], at: float | None = None) -> None:
+        wall_time = time.time() if at is None else at
+        for chunk in metric_chunks(values):
+            self._enqueue(
+                lambda seq, c=chunk: Metrics(seq=seq, step=step, time=wall_time, values=c)
+            )
+
+    def progress(self, step: int, total: int) -> None:
+        self._enqueue(lambda seq: Progress(seq=seq, step=step, total=total))
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Wait up to `timeout` seconds for every message to be acknowledged, then stop.
+        Returns True when every message was acknowledged."""
+        timeout = self.flush_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._accepting = False
+            while self._pending and self.refused is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._acked_all.wait(remaining)
+            left = len(self._pending)
+        self._stop.set()
+        # Long enough for a clean close handshake; a thread still stuck in a connect
+        # attempt is a daemon and cannot hold the process.
+        self._thread.join(timeout=2)
+        if left:
+            log.warning("link closed with %d unacknowledged messages", left)
+        return left == 0 and self.refused is None
+
+    def _enqueue(self, build: Callable[[int], Message]) -> None:
+        try:
+            with self._lock:
+                if not self._accepting or self.refused is not None:
+                    return
+                seq = self._next_seq
+                payload = json.dumps(build(seq).to_json(), allow_nan=False)
+                self._next_seq += 1
+                self._pending[seq] = payload
+                while len(self._pending) > self.max_pending:
+                    del self._pending[next(iter(self._pending))]
+                    self.dropped += 1
+                    if self.dropped == 1:
+                        log.warning("link buffer full: dropping the oldest messages")
+        except Exception:  # a bad value must never stop training
+            log.exception("link: could not queue a message")
+
+    # ----- the background thread ---------------------------------------------------------
+    def _run(self) -> None:
+        backoff = INITIAL_BACKOFF_S
+        down_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                with connect(
+                    self.endpoint,
+                    additional_headers=self._headers,
+                    open_timeout=OPEN_TIMEOUT_S,
+                    close_timeout=1,
+                ) as socket:
+                    if down_since is not None:
+                        log.info("link to %s is back; resending %d", self.endpoint, self.pending())
+                    down_since, backoff = None, INITIAL_BACKOFF_S
+                    self._pump(socket)
+                    return  # stopped
+            except InvalidStatus as error:
+                status = error.response.status_code
+                if 400 <= status < 500:  # a bad token or a finished run: retrying cannot help
+                    self._refuse(f"HTTP {status} at the handshake")
+                    return
+                failure = f"HTTP {status}"
+            except InvalidURI as error:
+                self._refuse(str(error))
+                return
+            except ConnectionClosed as error:
+                code = error.rcvd.code if error.rcvd is not None else None
+                if code is not None and 4400 <= code < 4500:
+                    self._refuse(f"closed with {code} {error.rcvd.reason}")
+                    return
+                failure = f"connection closed ({code})"
+            except (OSError, TimeoutError, WebSocketException) as error:
+                failure = f"{type(error).__name__}: {error}"
+            except Exception as error:  # the thread must outlive any surprise
+                log.exception("link: unexpected error")
+                failure = repr(error)
+            if down_since is None:
+                down_since = time.monotonic()
+                log.warning("link to %s is down (%s); retrying", self.endpoint, failure)
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _pump(self, socket: ClientConnection) -> None:
+        """Send what is new (on a fresh connection: everything unacked), read replies."""
+        sent_upto = 0
+        while not self._stop.is_set():
+            with self._lock:
+                outgoing = [(s, p) for s, p in self._pending.items() if s > sent_upto]
+            for seq, payload in outgoing:
+                socket.send(payload)
+                sent_upto = seq
+            try:
+                raw = socket.recv(timeout=POLL_S)
+            except TimeoutError:
+                continue
+            self._on_reply(raw)
+
+    def _on_reply(self, raw: str | bytes) -> None:
+        try:
+            reply = parse_reply(json.loads(raw))
+        except ValueError:
+            reply = None
+        if reply is None or reply.seq is None:
+            log.warning("link: unexpected reply %.200r", raw)
+            return
+        if reply.type == "error":
+            # The server will never take this message; keeping it would only block flushing.
+            log.warning("link: message %d rejected: %s", reply.seq, reply.error)
+        with self._lock:
+            self._pending.pop(reply.seq, None)
+            if not self._pending:
+                self._acked_all.notify_all()
+
+    def _refuse(self, why: str) -> None:
+        log.warning("link to %s refused (%s); training continues without it", self.endpoint, why)
+        with self._lock:
+            self.refused = why
+            self._pending.clear()
+            self._acked_all.notify_all()

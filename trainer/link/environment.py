@@ -1,0 +1,68 @@
+"""Choosing the link from the environment the control plane gives a Ray job.
+
+With ARMATURE_URL, ARMATURE_RUN_ID and ARMATURE_RUN_TOKEN set the trainer reports to the
+control plane; without them (the standalone CLI) it gets a link that does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from trainer.link.client import DEFAULT_FLUSH_TIMEOUT_S, TrainerLink
+from trainer.link.protocol import EventKind
+
+log = logging.getLogger(__name__)
+
+LINK_VARIABLES = ("ARMATURE_URL", "ARMATURE_RUN_ID", "ARMATURE_RUN_TOKEN")
+FLUSH_TIMEOUT_VARIABLE = "ARMATURE_LINK_FLUSH_S"
+
+
+class Link(Protocol):
+    def event(self, kind: EventKind, data: dict[str, Any] | None = None) -> None: ...
+    def metrics(self, step: int, values: dict[str, float], at: float | None = None) -> None: ...
+    def progress(self, step: int, total: int) -> None: ...
+    def close(self, timeout: float | None = None) -> bool: ...
+
+
+class NullLink:
+    """The link of a trainer that has no control plane: every call does nothing."""
+
+    def event(self, kind: EventKind, data: dict[str, Any] | None = None) -> None:
+        pass
+
+    def metrics(self, step: int, values: dict[str, float], at: float | None = None) -> None:
+        pass
+
+    def progress(self, step: int, total: int) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> bool:
+        return True
+
+
+def link_from_env(environ: Mapping[str, str] | None = None) -> Link:
+    """A TrainerLink when all three variables are set, else a NullLink. A half or
+    malformed setup is logged and treated as no control plane: training goes on."""
+    environ = os.environ if environ is None else environ
+    values = {name: environ.get(name, "").strip() for name in LINK_VARIABLES}
+    if not any(values.values()):
+        return NullLink()
+    missing = [name for name, value in values.items() if not value]
+    if missing:
+        log.warning("link disabled: %s not set", ", ".join(missing))
+        return NullLink()
+    try:
+        run_id = int(values["ARMATURE_RUN_ID"])
+        flush_timeout_s = float(environ.get(FLUSH_TIMEOUT_VARIABLE) or DEFAULT_FLUSH_TIMEOUT_S)
+    except ValueError as error:
+        log.warning("link disabled: %s", error)
+        return NullLink()
+    return TrainerLink(
+        values["ARMATURE_URL"],
+        run_id,
+        values["ARMATURE_RUN_TOKEN"],
+        flush_timeout_s=flush_timeout_s,
+    )
