@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from controlplane.api import settings_views
 from controlplane.console.views import console_index
 from controlplane.core.views import healthz, home
 from controlplane.realtime.publish import RELAY_PATH
@@ -15,6 +16,13 @@ urlpatterns = [
     path("", include("controlplane.inventory.urls")),
     path("console/", console_index, name="console"),
     path("api/v1/", include("controlplane.api.urls")),
+    path("settings/", settings_views.settings_page, name="settings"),
+    path("settings/tokens", settings_views.create_token, name="token-create"),
+    path(
+        "settings/tokens/<int:token_id>/revoke",
+        settings_views.revoke_token,
+        name="token-revoke",
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -1,0 +1,29 @@
+"""Per-user API tokens. Only a SHA-256 hash of each token's secret is stored: the plain
+token is shown once, when it is created, and cannot be recovered afterwards."""
+
+from django.conf import settings
+from django.db import models
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. 'GitHub CI'.")
+    # Public and unique: finds the row without scanning hashes, and lets people tell
+    # their tokens apart (it is part of the token, so it is no secret).
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64, help_text="SHA-256 of the secret, hex.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (arm_{self.prefix}_…)"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

@@ -1,0 +1,85 @@
+"""Per-user API tokens: create (the plain token is returned once), revoke, authenticate.
+
+A token reads `arm_<prefix>_<secret>`. The prefix finds the row; the secret is checked
+against its stored SHA-256. A plain hash (no salt, no slow KDF) is enough because the
+secret is 40 random characters (~238 bits), never a human-chosen password.
+"""
+
+import hashlib
+import hmac
+import secrets
+import string
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from controlplane.api.models import ApiToken
+
+TOKEN_PREFIX = "arm"
+PREFIX_LENGTH = 8
+SECRET_LENGTH = 40
+# Alphanumerics only (no "_" in either part), so the token splits unambiguously and a
+# double click selects all of it.
+PREFIX_ALPHABET = string.ascii_lowercase + string.digits
+SECRET_ALPHABET = string.ascii_letters + string.digits
+# Writing last_used_at on every request would turn each API read into a DB write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class InvalidToken(Exception):
+    """The presented token is malformed, unknown, revoked or its user is inactive."""
+
+
+def _random(alphabet: str, length: int) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_token(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    """A new token for `user`; returns the row and the plain token, which is not stored."""
+    prefix = _random(PREFIX_ALPHABET, PREFIX_LENGTH)
+    while ApiToken.objects.filter(prefix=prefix).exists():  # 36^8 prefixes: a rare retry
+        prefix = _random(PREFIX_ALPHABET, PREFIX_LENGTH)
+    secret = _random(SECRET_ALPHABET, SECRET_LENGTH)
+    token = ApiToken.objects.create(
+        user=user, name=name.strip(), prefix=prefix, secret_hash=hash_secret(secret)
+    )
+    return token, f"{TOKEN_PREFIX}_{prefix}_{secret}"
+
+
+def revoke_token(token: ApiToken) -> ApiToken:
+    """Revoke for good; revoking twice keeps the first revocation time."""
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def tokens_of(user: AbstractBaseUser) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(user=user).order_by("revoked_at", "-created_at")
+
+
+def authenticate_token(raw: str) -> ApiToken:
+    """The live token that `raw` is, with its user loaded; raises InvalidToken saying why."""
+    parts = raw.strip().split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
+        raise InvalidToken("Malformed API token: expected arm_<prefix>_<secret>.")
+    _, prefix, secret = parts
+    token = ApiToken.objects.select_related("user").filter(prefix=prefix).first()
+    # compare_digest: the comparison time must not tell how much of a guess was right.
+    if token is None or not hmac.compare_digest(token.secret_hash, hash_secret(secret)):
+        raise InvalidToken("Unknown API token.")
+    if token.revoked_at is not None:
+        raise InvalidToken(f"API token '{token.name}' (arm_{prefix}) has been revoked.")
+    if not token.user.is_active:
+        raise InvalidToken("The user of this API token is inactive.")
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token

@@ -1,0 +1,97 @@
+"""The Settings page: the user's role, their API tokens, create (shown once) and revoke."""
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.test import Client
+
+from controlplane.api import tokens
+from controlplane.api.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = re.compile(r'<code id="new-token">(arm_[a-z0-9]+_[A-Za-z0-9]+)</code>')
+
+
+@pytest.fixture
+def user():
+    ada = get_user_model().objects.create_user("ada", password="pw-ada-123")
+    ada.groups.add(Group.objects.get_or_create(name="operator")[0])
+    return ada
+
+
+@pytest.fixture
+def browser_client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_it_needs_a_login():
+    response = Client().get("/settings/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_it_shows_the_role_and_the_nav_link(browser_client):
+    page = browser_client.get("/settings/").content.decode()
+    assert '<span class="tag" id="role">operator</span>' in page
+    assert 'href="/settings/" aria-current="page">Settings</a>' in page
+    assert "No tokens yet." in page
+
+
+def test_it_creates_a_token_shown_once_that_works(browser_client, user):
+    created = browser_client.post("/settings/tokens", {"name": "GitHub CI"})
+    assert created.status_code == 200
+    assert "no-store" in created["Cache-Control"]
+    page = created.content.decode()
+    plain = TOKEN.search(page).group(1)
+    assert "it will not be shown again" in page
+    assert 'data-copy-target="new-token"' in page
+    token = ApiToken.objects.get(user=user)
+    assert token.name == "GitHub CI"
+    assert plain.startswith(f"arm_{token.prefix}_")
+    assert tokens.authenticate_token(plain).user == user
+
+    again = browser_client.get("/settings/").content.decode()
+    assert plain not in again
+    assert f"arm_{token.prefix}_…" in again
+    assert "GitHub CI" in again
+
+
+def test_a_token_needs_a_name(browser_client):
+    response = browser_client.post("/settings/tokens", {"name": ""})
+    assert response.status_code == 400
+    assert "This field is required." in response.content.decode()
+    assert not ApiToken.objects.exists()
+
+
+def test_it_revokes_a_token_after_confirmation(browser_client, user):
+    token, plain = tokens.create_token(user, "old")
+    page = browser_client.get("/settings/").content.decode()
+    assert f'action="/settings/tokens/{token.pk}/revoke"' in page
+    assert 'data-confirm="Revoke the token “old”?' in page
+    response = browser_client.post(f"/settings/tokens/{token.pk}/revoke", follow=True)
+    assert response.redirect_chain == [("/settings/", 302)]
+    page = response.content.decode()
+    assert f"Token “old” (arm_{token.prefix}) revoked." in page
+    assert "revoked " in page
+    assert ApiToken.objects.get(pk=token.pk).revoked_at is not None
+    with pytest.raises(tokens.InvalidToken):
+        tokens.authenticate_token(plain)
+
+
+def test_revoking_needs_post(browser_client, user):
+    token, _ = tokens.create_token(user, "ci")
+    assert browser_client.get(f"/settings/tokens/{token.pk}/revoke").status_code == 405
+    assert ApiToken.objects.get(pk=token.pk).revoked_at is None
+
+
+def test_it_neither_lists_nor_revokes_someone_elses_token(browser_client):
+    other = get_user_model().objects.create_user("bob")
+    token, _ = tokens.create_token(other, "bobs-token")
+    assert "bobs-token" not in browser_client.get("/settings/").content.decode()
+    assert browser_client.post(f"/settings/tokens/{token.pk}/revoke").status_code == 404
+    assert ApiToken.objects.get(pk=token.pk).revoked_at is None

@@ -1,0 +1,97 @@
+"""Experiment and run pages: create, revise with validation, diff, clone, launch, list
+with filters, run page, stop, config diff, and role checks."""
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from controlplane.experiments.models import Experiment
+from controlplane.experiments.services import create_experiment
+from controlplane.inventory.services import import_cluster_yaml
+from controlplane.runs.models import Run
+from controlplane.runs.services import launch_run
+
+pytestmark = pytest.mark.django_db
+
+CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
+
+
+@pytest.fixture
+def operator(client):
+    user = get_user_model().objects.create_user("olga")
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    client.force_login(user)
+    client.user = user
+    return client
+
+
+def test_create_revise_diff_and_clone(operator):
+    created = operator.post(
+        "/experiments/", {"name": "demo", "config_yaml": CONFIG, "tags": "a, b"}
+    )
+    assert created["Location"] == "/experiments/demo/"
+    assert Experiment.objects.get(name="demo").tags == ["a", "b"]
+    changed = CONFIG.replace("seed: 0", "seed: 9")
+    assert operator.post("/experiments/demo/", {"config_yaml": changed}).status_code == 302
+    diff = operator.get("/experiments/demo/diff/?r=1&r=2").content.decode()
+    assert "-  seed: 0" in diff and "+  seed: 9" in diff
+    assert operator.post("/experiments/demo/clone/", {"name": "demo-2"})["Location"] == (
+        "/experiments/demo-2/"
+    )
+
+
+def test_invalid_configs_are_shown_with_their_key_paths(operator):
+    page = operator.post("/experiments/", {"name": "bad", "config_yaml": "runner: {iterations: 0}"})
+    assert "runner.iterations" in page.content.decode()
+    assert not Experiment.objects.filter(name="bad").exists()
+    checked = operator.post("/experiments/validate/", {"config_yaml": "algorithm: {name: x}"})
+    assert "algorithm.name" in checked.content.decode()
+
+
+def test_launch_from_the_page_with_a_cluster_and_overrides(operator):
+    create_experiment("demo", CONFIG)
+    import_cluster_yaml(
+        "one", (settings.BASE_DIR / "examples/clusters/one_machine.yaml").read_text()
+    )
+    preview = operator.get("/experiments/demo/launch/preview/?cluster=one").content.decode()
+    assert 'data-component="actor"' in preview
+    response = operator.post(
+        "/experiments/demo/launch/",
+        {"cluster": "one", "overrides": "runner.iterations=4\n", "timeout_s": "600"},
+    )
+    run = Run.objects.get()
+    assert response["Location"] == f"/runs/{run.pk}/"
+    assert (run.cluster.name, run.overrides, run.timeout_s, run.progress_total) == (
+        "one", ["runner.iterations=4"], 600, 4,
+    )  # fmt: skip
+    assert "num_nodes: 1" in run.config_yaml
+
+
+def test_bad_overrides_are_refused_with_a_message(operator):
+    create_experiment("demo", CONFIG)
+    response = operator.post("/experiments/demo/launch/", {"overrides": "nonsense"}, follow=True)
+    assert "Not key=value: nonsense" in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_runs_list_filters_and_run_page(operator):
+    experiment = create_experiment("demo", CONFIG)
+    run, _ = launch_run(experiment, user=operator.user)
+    other, _ = launch_run(experiment, user=operator.user, overrides=["runner.seed=2"])
+    listed = operator.get("/runs/?state=queued&experiment=demo").content.decode()
+    assert f'id="run-row-{run.pk}"' in listed and 'ws-connect="/ws/runs/"' in listed
+    assert f'id="run-row-{run.pk}"' not in operator.get("/runs/?state=running").content.decode()
+    page = operator.get(f"/runs/{run.pk}/").content.decode()
+    assert "Stop" in page and f'ws-connect="/ws/runs/{run.pk}/"' in page
+    diff = operator.get(f"/runs/{other.pk}/diff/{run.pk}/").content.decode()
+    assert "+  seed: 2" in diff
+
+
+def test_viewers_see_but_cannot_change(client):
+    create_experiment("demo", CONFIG)
+    client.force_login(get_user_model().objects.create_user("vic"))
+    page = client.get("/experiments/demo/").content.decode()
+    assert "Launching needs the operator role." in page
+    assert client.post("/experiments/demo/launch/", {}).status_code == 403
+    assert client.post("/experiments/", {"name": "x", "config_yaml": CONFIG}).status_code == 403
