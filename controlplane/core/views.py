@@ -4,11 +4,20 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
 from controlplane.core.health import collect_status, status_as_json
+from controlplane.runs.models import FINAL_STATES, Run
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "core/home.html")
+    runs = Run.objects.select_related("experiment", "revision", "created_by")
+    return render(
+        request,
+        "core/home.html",
+        {
+            "active_runs": runs.exclude(state__in=FINAL_STATES)[:10],
+            "recent_runs": runs.filter(state__in=FINAL_STATES)[:10],
+        },
+    )
 
 
 @never_cache

@@ -56,13 +56,14 @@ def test_every_service_has_a_health_check_and_the_data_has_volumes():
 def test_the_kubernetes_manifests_wire_web_and_worker_to_the_ray_cluster():
     k8s = settings.BASE_DIR / "deploy" / "k8s"
     docs = {
-        doc["metadata"]["name"]: doc
+        (doc["kind"], doc["metadata"]["name"]): doc
         for path in k8s.glob("*.yaml")
         for doc in yaml.safe_load_all(path.read_text())
     }
-    assert docs["raycluster-armature"]["kind"] == "RayCluster"
+    assert ("RayCluster", "raycluster-armature") in docs
+    assert ("Service", "armature-web") in docs
     for name in ("armature-web", "armature-worker"):
-        container = docs[name]["spec"]["template"]["spec"]["containers"][0]
+        container = docs["Deployment", name]["spec"]["template"]["spec"]["containers"][0]
         env = {item["name"]: item["value"] for item in container["env"]}
         assert env["RAY_ADDRESS"] == "http://raycluster-armature-head-svc:8265"
         assert container["envFrom"] == [{"secretRef": {"name": "armature"}}]

@@ -105,3 +105,21 @@ def test_submitting_twice_adopts_the_existing_job(live):
         "submitted",
         "adopted",
     ]
+
+
+def test_a_job_that_dies_without_reporting_fails_with_its_last_log_lines(live, settings, tmp_path):
+    stack, api = live
+    stack.stop_worker()  # the test drives the services itself
+    dying = tmp_path / "dying-python"
+    dying.write_text(
+        "#!/bin/sh\necho 'loading the policy'\necho 'Segmentation fault' >&2\nexit 139\n"
+    )
+    dying.chmod(0o755)
+    settings.ARMATURE_TRAINER_PYTHON = str(dying)
+    run_id = api.post("/api/v1/runs", {"experiment": "demo"}, format="json").json()["id"]
+    services.submit(run_id)
+    wait_until(lambda: services.reconcile(run_id).is_final, 120, "the job to end", poll_s=0.5)
+    run = Run.objects.get(pk=run_id)
+    assert run.state == RunState.FAILED
+    assert "Segmentation fault" in run.exit_reason
+    assert "loading the policy" in run.exit_reason
