@@ -26,7 +26,8 @@ def test_it_logs_in_and_sees_every_component_up(browser, live_stack):
     page.get_by_label("Password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Home")).to_be_visible()
-    expect(page.locator(".live-dot.on")).to_be_visible(timeout=15_000)
+    status = page.locator("section", has=page.locator("#status-panel"))
+    expect(status.locator(".live-dot.on")).to_be_visible(timeout=15_000)
     for component in COMPONENTS:
         row = page.locator(f'#status-panel tr[data-component="{component}"]')
         expect(row).to_have_attribute("data-state", "up", timeout=60_000)
