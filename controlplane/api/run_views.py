@@ -1,7 +1,7 @@
 """REST endpoints of runs: launch (with an Idempotency-Key), status, cancel, logs,
 events and metrics."""
 
-from django.db.models import Max
+from django.db.models import OuterRef, Subquery
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -103,9 +103,8 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return Response(
                 {"key": key, "points": list(points.values("step", "value", "wall_time"))}
             )
-        last_steps = run.metrics.values("key").annotate(step=Max("step"))
-        latest = {}
-        for row in last_steps:
-            point = run.metrics.filter(key=row["key"], step=row["step"]).first()
-            latest[row["key"]] = {"step": point.step, "value": point.value}
+        # One query: each key's point at its highest step.
+        last_step = run.metrics.filter(key=OuterRef("key")).order_by("-step").values("step")[:1]
+        points = run.metrics.filter(step=Subquery(last_step)).values("key", "step", "value")
+        latest = {p["key"]: {"step": p["step"], "value": p["value"]} for p in points}
         return Response({"latest": latest})
