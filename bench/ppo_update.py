@@ -71,8 +71,10 @@ def synthetic_rollout(envs: int, steps: int) -> dict[str, torch.Tensor]:
 
 # ----- ours ----------------------------------------------------------------------------
 def ours_algorithm() -> PPO:
-    policy = GaussianChunkPolicy(MLPEncoder(OBS_DIM, HIDDEN), ACTION_DIM, ACTION_DIM, max_horizon=1)
-    critic = ValueCritic(MLPEncoder(OBS_DIM, HIDDEN))
+    policy = GaussianChunkPolicy(
+        MLPEncoder(OBS_DIM, HIDDEN, ACTIVATION), ACTION_DIM, ACTION_DIM, max_horizon=1
+    )
+    critic = ValueCritic(MLPEncoder(OBS_DIM, HIDDEN, ACTIVATION))
     settings = OnPolicySettings(
         gamma=SHARED["gamma"],
         gae_lambda=SHARED["lam"],
@@ -92,22 +94,18 @@ def ours_algorithm() -> PPO:
 
 def ours_batch(algorithm: PPO, data: dict[str, torch.Tensor]) -> Trajectories:
     steps, envs = data["reward"].shape
-    storage = RolloutStorage(steps, envs)
+    storage = RolloutStorage(steps, envs, chunk=1)
     ones = torch.ones(envs, dtype=torch.long)
     with torch.no_grad():
         for t in range(steps):
             obs = data["obs"][t]
             plan, step_log_probs = algorithm.policy.sample_plan(obs, ones)
-            assert algorithm.critic is not None
             storage.add(
                 Transition(
                     obs=obs,
-                    plan_obs=obs,
                     actions=plan,
                     chunk_offset=torch.zeros(envs, dtype=torch.long),
-                    plan_horizon=ones,
                     log_prob=step_log_probs[:, 0],
-                    value=algorithm.critic(obs),
                     reward=data["reward"][t],
                     env_reward=data["reward"][t],
                     done=data["done"][t],
@@ -116,7 +114,7 @@ def ours_batch(algorithm: PPO, data: dict[str, torch.Tensor]) -> Trajectories:
                     executed_actions=ones,
                 )
             )
-    return storage.finish(0, torch.arange(envs), torch.arange(envs), ones)
+    return algorithm.attach_values(storage.finish(0, torch.arange(envs), torch.arange(envs), ones))
 
 
 def ours_update(algorithm: PPO, batch: Trajectories) -> float:

@@ -27,10 +27,11 @@ def bootstrap_timeouts(
     gamma: float,
 ) -> torch.Tensor:
     """``rewards + γ·V(s_terminal)`` where ``timeouts``; ``s_terminal`` is the env's
-    final observation when it gives one, else ``next_obs``. Returns a new tensor."""
-    rewards = rewards.clone()
+    final observation when it gives one, else ``next_obs``. ``rewards`` is never
+    modified: without time-outs it is returned as is, else a changed copy."""
     if not bool(timeouts.any()):
         return rewards
+    rewards = rewards.clone()
     source = final_observation if final_observation is not None else next_obs
     with torch.no_grad():
         values = critic(source[timeouts])

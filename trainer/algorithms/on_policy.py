@@ -9,7 +9,7 @@ in ``compute_returns`` (and PPO in having a critic).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -71,33 +71,40 @@ class OnPolicyAlgorithm(ABC):
         self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate, foreach=True)
         self.plan_cache: PlanCache | None = None
         self.storage: RolloutStorage | None = None
-        self._pending: tuple[torch.Tensor, ChunkDraw, torch.Tensor] | None = None
+        self._pending: tuple[torch.Tensor, ChunkDraw] | None = None
 
     # ----- rollout -------------------------------------------------------------
     def start_round(self, horizons: torch.Tensor, num_steps: int) -> None:
         """New episodes begin: fresh plans for every slot, empty storage."""
         self.plan_cache = PlanCache(horizons, self.chunk, self.policy.max_horizon)
-        self.storage = RolloutStorage(num_steps, int(horizons.shape[0]))
+        self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Replan the slots whose plan is used up, return the env's part of each chunk."""
+        """Replan the slots whose plan is used up, return the env's part of each chunk.
+
+        Only the policy runs here: the critic does not choose actions, so the round's
+        values come from one batched call in ``finish_round`` (same parameters, same
+        values) instead of one call per decision.
+        """
         cache = self.plan_cache
         assert cache is not None, "start_round() first"
-        need = cache.needs_replan()
-        if bool(need.any()):
-            plan, step_log_probs = self.policy.sample_plan(obs[need], cache.horizons[need])
-            cache.store(need, plan, step_log_probs, obs[need])
+        replan = cache.needs_replan().nonzero().squeeze(1)
+        if replan.numel():
+            plan, step_log_probs = self.policy.sample_plan(
+                obs.index_select(0, replan), cache.horizons.index_select(0, replan)
+            )
+            cache.store(replan, plan, step_log_probs)
         draw = cache.next_chunk()
-        value = self.critic(obs) if self.critic is not None else torch.zeros(obs.shape[0])
-        self._pending = (obs, draw, value)
+        self._pending = (obs, draw)
         return draw.actions[..., : self.policy.env_action_dim]
 
     def process_env_step(self, step: EnvStep) -> None:
         assert self._pending is not None and self.storage is not None and self.plan_cache
-        obs, draw, value = self._pending
+        obs, draw = self._pending
+        done = step.done
         timeouts = step.truncated & ~step.terminated
-        reward = step.reward.float()
+        reward = env_reward = step.reward.float()
         if self.critic is not None and self.settings.bootstrap_timeouts:
             reward = bootstrap_timeouts(
                 reward,
@@ -110,28 +117,39 @@ class OnPolicyAlgorithm(ABC):
         self.storage.add(
             Transition(
                 obs=obs,
-                plan_obs=draw.plan_obs,
                 actions=draw.actions,
                 chunk_offset=draw.offsets,
-                plan_horizon=draw.horizons,
                 log_prob=draw.log_prob,
-                value=value,
                 reward=reward,
-                env_reward=step.reward.float(),
-                done=step.done,
+                env_reward=env_reward,
+                done=done,
                 timeout=timeouts,
                 success=step.success,
                 executed_actions=step.executed_actions,
             )
         )
-        self.plan_cache.invalidate(step.done)
+        self.plan_cache.invalidate(done)
         self._pending = None
 
     def finish_round(
         self, task_id: int, init_state_index: torch.Tensor, group_index: torch.Tensor
     ) -> Trajectories:
         assert self.storage is not None and self.plan_cache is not None
-        return self.storage.finish(task_id, init_state_index, group_index, self.plan_cache.horizons)
+        horizons = self.plan_cache.horizons
+        return self.attach_values(
+            self.storage.finish(task_id, init_state_index, group_index, horizons)
+        )
+
+    @torch.no_grad()
+    def attach_values(self, trajectories: Trajectories) -> Trajectories:
+        """``V(obs)`` of every valid row in one batched critic call (0 elsewhere, and
+        everywhere for algorithms without a critic)."""
+        if self.critic is None:
+            return trajectories
+        valid = trajectories.valid
+        values = torch.zeros(valid.shape)
+        values[valid] = self.critic(trajectories.obs[valid])
+        return replace(trajectories, value=values)
 
     # ----- learning ------------------------------------------------------------
     @abstractmethod

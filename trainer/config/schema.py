@@ -79,6 +79,9 @@ class ModelConfig(Section):
     hidden_sizes: list[PositiveInt] = Field(
         [64, 64], min_length=1, description="Widths of the encoder's hidden layers."
     )
+    activation: Literal["tanh", "elu", "silu", "relu"] = Field(
+        "silu", description="Hidden-layer activation of the MLP policy and critic."
+    )
     init_log_std: float = Field(0.0, description="Initial log std of the Gaussian plan.")
 
 

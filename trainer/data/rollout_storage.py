@@ -60,15 +60,17 @@ TRAINING_KEYS = (
 
 @dataclass
 class Transition:
-    """What one chunk step adds for all ``B`` slots."""
+    """What one chunk step adds for all ``B`` slots.
+
+    Only what changes per step: the plan's observation, the slot's horizon and the
+    critic's value are filled in by ``RolloutStorage.finish`` and the algorithm once
+    per round, off the per-decision path.
+    """
 
     obs: torch.Tensor
-    plan_obs: torch.Tensor
     actions: torch.Tensor
     chunk_offset: torch.Tensor
-    plan_horizon: torch.Tensor
     log_prob: torch.Tensor
-    value: torch.Tensor
     reward: torch.Tensor  # env reward plus the time-out bootstrap
     env_reward: torch.Tensor
     done: torch.Tensor
@@ -149,9 +151,10 @@ def concat_trajectories(parts: list[Trajectories]) -> Trajectories:
 class RolloutStorage:
     """Collects ``Transition``s of one round and turns them into ``Trajectories``."""
 
-    def __init__(self, num_steps: int, num_envs: int) -> None:
+    def __init__(self, num_steps: int, num_envs: int, chunk: int = 1) -> None:
         self.num_steps = num_steps
         self.num_envs = num_envs
+        self.chunk = chunk
         self._rows: list[Transition] = []
 
     @property
@@ -174,7 +177,11 @@ class RolloutStorage:
         horizon: torch.Tensor,
     ) -> Trajectories:
         """Stack the round, mark each slot's rows after its first ``done`` invalid and
-        summarise each episode. Missing rows (all slots finished early) are padded."""
+        summarise each episode. Missing rows (all slots finished early) are padded.
+
+        A plan is made at the step where its chunk offset is 0, so the observation it
+        was made from is the stored observation ``offset / chunk`` steps back; the
+        values are left at 0 for the algorithm's critic (``attach_values``)."""
         if not self._rows:
             raise RuntimeError("no steps were stored")
         stacked = {
@@ -188,12 +195,18 @@ class RolloutStorage:
                 if name == "done":
                     pad = torch.ones_like(pad)
                 stacked[name] = torch.cat([value, pad])
+        steps = torch.arange(self.num_steps).unsqueeze(1)
+        plan_step = (steps - stacked["chunk_offset"] // self.chunk).clamp(min=0)
+        obs = stacked["obs"]
+        index = plan_step.view(*plan_step.shape, *([1] * (obs.dim() - 2))).expand_as(obs)
+        stacked["plan_obs"] = obs.gather(0, index)
+        stacked["plan_horizon"] = horizon.long().expand(self.num_steps, -1).clone()
         done = stacked["done"]
         ended_before = torch.cumsum(done.long(), dim=0) - done.long()
         valid = ended_before == 0
         # Rows after the episode are dead: no reward, no value, flagged done so that
         # discounting never crosses into them.
-        for name in ("reward", "env_reward", "value"):
+        for name in ("reward", "env_reward"):
             stacked[name] = stacked[name] * valid
         stacked["done"] = done | ~valid
         stacked["success"] = stacked["success"] & valid
@@ -203,6 +216,7 @@ class RolloutStorage:
         return Trajectories(
             **stacked,
             valid=valid,
+            value=torch.zeros(self.num_steps, batch),
             advantage=torch.zeros(self.num_steps, batch),
             returns=torch.zeros(self.num_steps, batch),
             task_id=torch.full((batch,), task_id, dtype=torch.long),

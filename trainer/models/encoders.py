@@ -6,15 +6,33 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# SiLU by default: on the built-in env it learns as well as the classic tanh (PPO over
+# three seeds, GRPO and RLOO all end at 0.93-0.96 success) while torch's CPU tanh costs
+# about 7x as much per element (2.4 vs 0.35 ns), which in a fast env's rollout is a
+# large share of every decision. ReLU is cheaper still but learned worse with GRPO.
+DEFAULT_ACTIVATION = "silu"
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "elu": nn.ELU,
+    "silu": nn.SiLU,
+    "relu": nn.ReLU,
+}
+
 
 def mlp(
-    input_dim: int, hidden_sizes: tuple[int, ...], output_dim: int | None = None
+    input_dim: int,
+    hidden_sizes: tuple[int, ...],
+    output_dim: int | None = None,
+    activation: str = DEFAULT_ACTIVATION,
 ) -> nn.Sequential:
-    """Tanh MLP; tanh keeps early Gaussian means bounded, as in most PPO baselines."""
+    """Linear layers with ``activation`` between them (none after the output layer)."""
+    if activation not in ACTIVATIONS:
+        known = ", ".join(ACTIVATIONS)
+        raise ValueError(f"unknown activation {activation!r}: use one of {known}")
     layers: list[nn.Module] = []
     width = input_dim
     for size in hidden_sizes:
-        layers += [nn.Linear(width, size), nn.Tanh()]
+        layers += [nn.Linear(width, size), ACTIVATIONS[activation]()]
         width = size
     if output_dim is not None:
         layers.append(nn.Linear(width, output_dim))
@@ -24,11 +42,13 @@ def mlp(
 class MLPEncoder(nn.Module):
     """Flat state vector ``[B, D]`` to features ``[B, hidden_sizes[-1]]``."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...]) -> None:
+    def __init__(
+        self, obs_dim: int, hidden_sizes: tuple[int, ...], activation: str = DEFAULT_ACTIVATION
+    ) -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("an MLP encoder needs at least one hidden layer")
-        self.net = mlp(obs_dim, hidden_sizes)
+        self.net = mlp(obs_dim, hidden_sizes, activation=activation)
         self.feature_dim = hidden_sizes[-1]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -62,12 +82,15 @@ class CNNEncoder(nn.Module):
 
 
 def build_encoder(
-    kind: str, obs_shape: tuple[int, ...], hidden_sizes: tuple[int, ...]
+    kind: str,
+    obs_shape: tuple[int, ...],
+    hidden_sizes: tuple[int, ...],
+    activation: str = DEFAULT_ACTIVATION,
 ) -> MLPEncoder | CNNEncoder:
     if kind == "mlp":
         if len(obs_shape) != 1:
             raise ValueError(f"an MLP needs flat observations, got shape {obs_shape}")
-        return MLPEncoder(obs_shape[0], hidden_sizes)
+        return MLPEncoder(obs_shape[0], hidden_sizes, activation)
     if kind == "cnn":
         if len(obs_shape) != 3:
             raise ValueError(f"a CNN needs [C, H, W] observations, got shape {obs_shape}")

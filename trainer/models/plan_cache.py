@@ -23,16 +23,21 @@ def assign_horizons(pattern: list[int], batch_size: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ChunkDraw:
-    """The chunk each slot executes now, with what is needed to recompute its log-prob."""
+    """The chunk each slot executes now, with what is needed to recompute its log-prob
+    (together with the observation the plan was made from, which the rollout storage
+    finds from the offset: a plan is made at the step where its offset is 0)."""
 
     actions: torch.Tensor  # [B, chunk, action_dim] in the model's action dims
     log_prob: torch.Tensor  # [B], sliced from the log-probs computed at planning time
     offsets: torch.Tensor  # [B] long: where the chunk starts in its plan
-    horizons: torch.Tensor  # [B] long
-    plan_obs: torch.Tensor  # [B, *obs_shape]: the observation the plan was made from
+    horizons: torch.Tensor  # [B] long, the cache's horizons (fixed for its lifetime)
 
 
 class PlanCache:
+    """Runs once per decision of every rollout: each method is a handful of whole-batch
+    tensor ops (index lists rather than boolean masks, no per-slot Python), because on a
+    fast env their fixed cost per call is what the rollout loop adds to the env."""
+
     def __init__(self, horizons: torch.Tensor, chunk: int, max_horizon: int) -> None:
         if bool((horizons % chunk != 0).any()):
             raise ValueError(f"every horizon must be a multiple of the chunk size {chunk}")
@@ -44,7 +49,7 @@ class PlanCache:
         self.offsets = self.horizons.clone()  # offset == H means "replan before acting"
         self.plans: torch.Tensor | None = None
         self.step_log_probs: torch.Tensor | None = None
-        self.plan_obs: torch.Tensor | None = None
+        self._chunk_steps = torch.arange(chunk)
 
     @property
     def batch_size(self) -> int:
@@ -53,42 +58,40 @@ class PlanCache:
     def needs_replan(self) -> torch.Tensor:
         return self.offsets >= self.horizons
 
-    def store(
-        self,
-        which: torch.Tensor,
-        plans: torch.Tensor,
-        step_log_probs: torch.Tensor,
-        obs: torch.Tensor,
-    ) -> None:
-        """Keep new plans for the slots in the boolean mask ``which``."""
+    def store(self, which: torch.Tensor, plans: torch.Tensor, step_log_probs: torch.Tensor) -> None:
+        """Keep new plans for the slots ``which`` (indices, or a boolean mask)."""
+        if which.dtype == torch.bool:
+            which = which.nonzero().squeeze(1)
         if self.plans is None:
             batch = self.batch_size
             self.plans = plans.new_zeros(batch, *plans.shape[1:])
             self.step_log_probs = step_log_probs.new_zeros(batch, *step_log_probs.shape[1:])
-            self.plan_obs = obs.new_zeros(batch, *obs.shape[1:])
-        assert self.step_log_probs is not None and self.plan_obs is not None
-        self.plans[which] = plans
-        self.step_log_probs[which] = step_log_probs
-        self.plan_obs[which] = obs
-        self.offsets[which] = 0
+        assert self.step_log_probs is not None
+        self.plans.index_copy_(0, which, plans)
+        self.step_log_probs.index_copy_(0, which, step_log_probs)
+        self.offsets.index_fill_(0, which, 0)
 
     def next_chunk(self) -> ChunkDraw:
-        """Slice every slot's chunk at its offset and advance the offsets."""
-        if self.plans is None or bool(self.needs_replan().any()):
+        """Slice every slot's chunk at its offset and advance the offsets.
+
+        Every slot must hold a plan with room left (``needs_replan()`` all false): the
+        rollout replans those slots first, in the same call.
+        """
+        if self.plans is None:
             raise RuntimeError("some slots need a new plan before the next chunk")
-        assert self.step_log_probs is not None and self.plan_obs is not None
-        steps = self.offsets.unsqueeze(1) + torch.arange(self.chunk)
-        index = steps[:, :, None].expand(-1, -1, self.plans.shape[2])
+        assert self.step_log_probs is not None
+        offsets = self.offsets
+        steps = offsets.unsqueeze(1) + self._chunk_steps
+        index = steps.unsqueeze(2).expand(-1, -1, self.plans.shape[2])
         draw = ChunkDraw(
             actions=self.plans.gather(1, index),
             log_prob=self.step_log_probs.gather(1, steps).sum(1),
-            offsets=self.offsets.clone(),
-            horizons=self.horizons.clone(),
-            plan_obs=self.plan_obs.clone(),
+            offsets=offsets,
+            horizons=self.horizons,
         )
-        self.offsets += self.chunk
+        self.offsets = offsets + self.chunk  # a new tensor: the draw keeps its offsets
         return draw
 
     def invalidate(self, which: torch.Tensor) -> None:
         """Force a replan for slots whose episode ended (their plan is for a dead episode)."""
-        self.offsets[which] = self.horizons[which]
+        self.offsets = torch.where(which, self.horizons, self.offsets)

@@ -98,7 +98,7 @@ def build_components(config: ExperimentConfig, generator: torch.Generator) -> Co
         raise ConfigError(problems)
     hidden = tuple(model.hidden_sizes)
     try:
-        encoder = build_encoder(model.kind, env.obs_shape, hidden)
+        encoder = build_encoder(model.kind, env.obs_shape, hidden, model.activation)
     except ValueError as error:
         raise ConfigError.single("actor.model.kind", str(error)) from None
     policy = GaussianChunkPolicy(
@@ -111,7 +111,9 @@ def build_components(config: ExperimentConfig, generator: torch.Generator) -> Co
     critic = None
     if algorithm_config.name == "ppo":
         critic_hidden = tuple(config.critic.hidden_sizes)
-        critic = ValueCritic(build_encoder(model.kind, env.obs_shape, critic_hidden))
+        critic = ValueCritic(
+            build_encoder(model.kind, env.obs_shape, critic_hidden, model.activation)
+        )
     algorithm = ALGORITHMS[algorithm_config.name](
         policy,
         critic,

@@ -121,6 +121,12 @@ def test_rules_across_keys(overrides, expected):
     assert _problems(error)[0].startswith(expected)
 
 
+def test_the_mlp_activation_is_a_choice_with_a_cheap_default():
+    assert validate_config({}).actor.model.activation == "silu"
+    with pytest.raises(ConfigError, match="actor.model.activation"):
+        validate_config({"actor": {"model": {"activation": "gelu"}}})
+
+
 def test_bad_overrides_and_files_get_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="must look like key.path=value"):
         load_config(None, ["algorithm.name"])

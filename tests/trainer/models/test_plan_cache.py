@@ -3,6 +3,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainer.algorithms import PPO, OnPolicySettings
 from trainer.envs import BuiltinReachEnv
 from trainer.models import (
     ChunkedPolicy,
@@ -12,6 +13,7 @@ from trainer.models import (
     assign_horizons,
     build_encoder,
 )
+from trainer.runner.collection import run_round
 
 torch.set_num_threads(1)
 
@@ -24,13 +26,13 @@ def _cache_with_counting_plans(horizons, chunk=5, max_horizon=15):
     cache = PlanCache(torch.tensor(horizons), chunk, max_horizon)
     made = []
 
-    def replan(obs_value: float):
+    def replan():
         need = cache.needs_replan()
         count = int(need.sum())
         # plan[i, k] = 100 * plan number + k, so every slice shows where it came from
         plans = torch.arange(max_horizon, dtype=torch.float32).repeat(count, 1)
         plans = (plans + 100 * (len(made) + 1))[:, :, None].repeat(1, 1, 2)
-        cache.store(need, plans, plans[:, :, 0] / 1000, torch.full((count, 3), obs_value))
+        cache.store(need, plans, plans[:, :, 0] / 1000)
         made.append(need.clone())
 
     return cache, made, replan
@@ -39,9 +41,9 @@ def _cache_with_counting_plans(horizons, chunk=5, max_horizon=15):
 def test_a_slot_replans_when_its_offset_reaches_its_horizon():
     cache, made, replan = _cache_with_counting_plans([5, 10, 15])
     offsets = []
-    for step in range(6):
+    for _ in range(6):
         if cache.needs_replan().any():
-            replan(float(step))
+            replan()
         draw = cache.next_chunk()
         offsets.append(draw.offsets.tolist())
     assert offsets == [[0, 0, 0], [0, 5, 5], [0, 0, 10], [0, 5, 0], [0, 0, 5], [0, 5, 10]]
@@ -51,11 +53,11 @@ def test_a_slot_replans_when_its_offset_reaches_its_horizon():
 
 def test_the_executed_chunk_is_the_plan_sliced_at_the_offset():
     cache, _, replan = _cache_with_counting_plans([15])
-    replan(7.0)
+    replan()
     chunks = [cache.next_chunk() for _ in range(3)]
     assert chunks[1].actions[0, :, 0].tolist() == [105.0, 106.0, 107.0, 108.0, 109.0]
     assert chunks[2].log_prob.item() == pytest.approx(sum(range(110, 115)) / 1000)
-    assert chunks[2].plan_obs.tolist() == [[7.0, 7.0, 7.0]]
+    assert [chunk.offsets.tolist() for chunk in chunks] == [[0], [5], [10]]
     assert chunks[2].horizons.tolist() == [15]
 
 
@@ -76,41 +78,41 @@ def _policy(kind, obs_shape, action_dim=8):
     )
 
 
-def _rollout(policy, env, obs, steps, horizons, chunk=5):
-    """The rollout loop's use of the cache: replan where needed, act, invalidate on done."""
-    cache = PlanCache(horizons, chunk, policy.max_horizon)
-    records = []
-    for _ in range(steps):
-        need = cache.needs_replan()
-        if need.any():
-            plan, step_log_probs = policy.sample_plan(obs[need], cache.horizons[need])
-            cache.store(need, plan, step_log_probs, obs[need])
-        draw = cache.next_chunk()
-        records.append(draw)
-        sent = draw.actions[..., : policy.env_action_dim]
-        assert sent.shape[-1] == env.action_dim
-        step = env.step(sent)
-        cache.invalidate(step.done)
-        obs = step.obs
-    return records
-
-
 def test_training_recomputes_exactly_the_rollout_log_probs():
+    """Through the real rollout path: the plan cache, the storage (which finds each
+    row's plan observation from its offset) and the algorithm's round."""
     torch.manual_seed(0)
     env = BuiltinReachEnv(num_envs=6, max_episode_steps=20)
     policy = _policy("mlp", env.obs_shape)
     assert isinstance(policy, ChunkedPolicy)
-    obs = env.reset(0, env.init_states(0)[:6])
-    records = _rollout(policy, env, obs, 9, assign_horizons([5, 10, 15], 6))
-    assert {int(o) for r in records for o in r.offsets} == {0, 5, 10}
-    for draw in records:
-        log_prob, entropy = policy.chunk_log_prob(
-            draw.plan_obs, draw.horizons, draw.offsets, draw.actions
-        )
-        assert torch.allclose(log_prob, draw.log_prob, atol=1e-5, rtol=0)
-        assert log_prob.requires_grad
-        per_dim = 0.5 + 0.5 * torch.log(torch.tensor(2 * torch.pi)) + policy.log_std[:7]
-        assert torch.allclose(entropy, 5 * per_dim.sum().expand(6), atol=1e-5)
+    algorithm = PPO(policy, None, OnPolicySettings(), chunk=5)
+    horizons = assign_horizons([5, 10, 15], 6)
+    # 40-step episodes of 20 actions: some end early (success), every slot replans
+    batch = run_round(env, algorithm, 0, list(range(6)), horizons, num_steps=4)
+    valid = batch.valid
+    assert {int(o) for o in batch.chunk_offset[valid]} == {0, 5, 10}
+    log_prob, entropy = policy.chunk_log_prob(
+        batch.plan_obs[valid],
+        batch.plan_horizon[valid],
+        batch.chunk_offset[valid],
+        batch.actions[valid],
+    )
+    assert torch.allclose(log_prob, batch.log_prob[valid], atol=1e-5, rtol=0)
+    assert log_prob.requires_grad
+    per_dim = 0.5 + 0.5 * torch.log(torch.tensor(2 * torch.pi)) + policy.log_std[:7]
+    assert torch.allclose(entropy, 5 * per_dim.sum().expand(len(log_prob)), atol=1e-5)
+
+
+def test_each_row_is_trained_on_the_observation_its_plan_was_made_from():
+    env = BuiltinReachEnv(num_envs=3, max_episode_steps=15)
+    algorithm = PPO(_policy("mlp", env.obs_shape), None, OnPolicySettings(), chunk=5)
+    batch = run_round(env, algorithm, 0, [0, 1, 2], assign_horizons([5, 10, 15], 3), 3)
+    obs = batch.obs
+    for t in range(3):
+        for slot, horizon in enumerate([5, 10, 15]):
+            made_at = t - (t % (horizon // 5))
+            assert torch.equal(batch.plan_obs[t, slot], obs[made_at, slot])
+    assert batch.plan_horizon.tolist() == [[5, 10, 15]] * 3
 
 
 def test_the_extra_model_dims_are_never_sent_nor_counted():
@@ -137,9 +139,9 @@ def test_a_cnn_policy_and_critic_work_on_camera_images():
     horizons = torch.tensor([10, 5, 10, 5])
     cache = PlanCache(horizons, 5, 15)
     plan, step_log_probs = policy.sample_plan(obs, horizons)
-    cache.store(torch.ones(4, dtype=torch.bool), plan, step_log_probs, obs)
+    cache.store(torch.ones(4, dtype=torch.bool), plan, step_log_probs)
     draw = cache.next_chunk()
-    log_prob, _ = policy.chunk_log_prob(draw.plan_obs, draw.horizons, draw.offsets, draw.actions)
+    log_prob, _ = policy.chunk_log_prob(obs, draw.horizons, draw.offsets, draw.actions)
     assert torch.allclose(log_prob, draw.log_prob, atol=1e-5)
     assert critic(obs).shape == (4,)
 
@@ -151,6 +153,8 @@ def test_mismatched_models_are_rejected():
         build_encoder("mlp", (3, 8, 8), (8,))
     with pytest.raises(ValueError, match="unknown model kind 'rnn'"):
         build_encoder("rnn", (3,), (8,))
+    with pytest.raises(ValueError, match="unknown activation 'gelu'"):
+        build_encoder("mlp", (3,), (8,), activation="gelu")
 
 
 @settings(max_examples=50, deadline=None)
@@ -174,7 +178,6 @@ def test_every_slot_walks_its_plan_in_chunks_and_replans_at_its_horizon(
                 need,
                 torch.zeros(count, max(pattern), 2),
                 torch.zeros(count, max(pattern)),
-                torch.zeros(count, 1),
             )
         draw = cache.next_chunk()
         expected = (step * chunk) % horizons
