@@ -45,6 +45,9 @@ class OnPolicySettings:
     bootstrap_timeouts: bool = True
 
 
+_CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
+
+
 def _weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (values * weight).sum() / weight.sum().clamp(min=1e-8)
 
@@ -142,13 +145,16 @@ class OnPolicyAlgorithm(ABC):
 
     @torch.no_grad()
     def attach_values(self, trajectories: Trajectories) -> Trajectories:
-        """``V(obs)`` of every valid row in one batched critic call (0 elsewhere, and
-        everywhere for algorithms without a critic)."""
+        """``V(obs)`` of every valid row, batched (one call for a round of state
+        vectors); 0 elsewhere, and everywhere for algorithms without a critic."""
         if self.critic is None:
             return trajectories
         valid = trajectories.valid
+        obs = trajectories.obs[valid]  # never empty: every episode has its first row
+        # Bounded batches: a round of camera images is large, its activations larger.
+        parts = obs.split(max(1, _CRITIC_BATCH_ELEMENTS // obs.shape[1:].numel()))
         values = torch.zeros(valid.shape)
-        values[valid] = self.critic(trajectories.obs[valid])
+        values[valid] = torch.cat([self.critic(part) for part in parts])
         return replace(trajectories, value=values)
 
     # ----- learning ------------------------------------------------------------

@@ -103,19 +103,36 @@ def test_success_is_terminal_and_never_bootstrapped():
     assert algorithm.storage._rows[0].timeout.tolist() == [False]
 
 
-def test_the_round_is_valued_in_one_batched_critic_call_after_it_ends():
-    env = BuiltinReachEnv(num_envs=3, max_episode_steps=10)
-    algorithm = _ppo(env)
-    algorithm.start_round(assign_horizons([5], 3), num_steps=2)
-    critic = algorithm.critic
-    obs = env.reset(0, env.init_states(0)[:3])
+def _two_steps(env, algorithm):
+    algorithm.start_round(assign_horizons([5], env.num_envs), num_steps=2)
+    obs = env.reset(0, env.init_states(0)[: env.num_envs])
     for _ in range(2):
         step = env.step(algorithm.act(obs))
         algorithm.process_env_step(step)
         obs = step.obs
+
+
+def test_the_round_is_valued_in_one_batched_critic_call_after_it_ends():
+    env = BuiltinReachEnv(num_envs=3, max_episode_steps=10)
+    algorithm = _ppo(env)
+    _two_steps(env, algorithm)
+    critic = algorithm.critic
     assert critic.calls == [3]  # the time-out bootstrap at the time limit, nothing per step
     critic.calls.clear()
     batch = algorithm.finish_round(0, torch.arange(3), torch.arange(3))
     assert critic.calls == [int(batch.valid.sum())]
-    expected = batch.obs[..., :3].sum(-1) * batch.valid
-    assert torch.allclose(batch.value, expected)
+    assert torch.allclose(batch.value, batch.obs[..., :3].sum(-1) * batch.valid)
+
+
+def test_a_large_round_is_valued_in_bounded_batches(monkeypatch):
+    from trainer.algorithms import on_policy
+
+    monkeypatch.setattr(on_policy, "_CRITIC_BATCH_ELEMENTS", 19 * 4)  # 4 rows per call
+    env = BuiltinReachEnv(num_envs=3, max_episode_steps=10)
+    algorithm = _ppo(env)
+    _two_steps(env, algorithm)
+    algorithm.critic.calls.clear()
+    batch = algorithm.finish_round(0, torch.arange(3), torch.arange(3))
+    valid = int(batch.valid.sum())
+    assert algorithm.critic.calls == [4] * (valid // 4) + ([valid % 4] if valid % 4 else [])
+    assert torch.allclose(batch.value, batch.obs[..., :3].sum(-1) * batch.valid)
