@@ -155,6 +155,16 @@ def measure(parts: Components, task_id: int, repeats: int) -> tuple[float, float
     )
 
 
+def libero_skip_reason(repeats: int) -> str | None:
+    if repeats < 1:
+        return "--libero-repeats 0"
+    try:
+        check_libero_installed()
+    except LiberoNotInstalledError as error:
+        return str(error)
+    return None
+
+
 def report(name: str, ours: float, baseline: float) -> None:
     print(
         f"RESULT bench={name} ours={ours:.1f} baseline={baseline:.1f} "
@@ -164,8 +174,8 @@ def report(name: str, ours: float, baseline: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="built-in env rounds")
-    parser.add_argument("--libero-repeats", type=int, default=5, help="LIBERO rounds")
+    parser.add_argument("--repeats", type=int, default=7, help="built-in env rounds (>= 1)")
+    parser.add_argument("--libero-repeats", type=int, default=5, help="LIBERO rounds; 0 skips")
     parser.add_argument("--builtin-envs", type=int, default=256)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -182,10 +192,9 @@ def main() -> None:
     )
     results += [("rollout_builtin", ours, raw), ("rollout_builtin_loop", ours, floor)]
 
-    try:
-        check_libero_installed()
-    except LiberoNotInstalledError as error:
-        print(f"note: skipping the LIBERO part: {error}")
+    skip = libero_skip_reason(args.libero_repeats)
+    if skip:
+        print(f"note: skipping the LIBERO part: {skip}")
     else:
         libero = build(
             {
