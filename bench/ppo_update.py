@@ -42,7 +42,7 @@ from trainer.models.policy import GaussianChunkPolicy  # noqa: E402
 OBS_DIM = 64
 ACTION_DIM = 7
 HIDDEN = (256, 256)
-ACTIVATION = "tanh"  # ours uses tanh; rsl_rl's default ELU would make it a different net
+ACTIVATION = "tanh"  # set on both sides: the defaults differ (ours SiLU, rsl_rl ELU)
 SHARED = {
     "epochs": 5,
     "minibatches": 4,
