@@ -20,7 +20,7 @@ Two envs, each its own RESULT line (target ratio >= 0.9):
   processes (what `env.num_workers: 2` runs). Skipped with a note when LIBERO is not
   installed (`./armature install-libero`).
 
-    .venv/bin/python bench/rollout.py [--repeats 7] [--libero-repeats 5] [--builtin-envs 256]
+    .venv/bin/python bench/rollout.py [--repeats 21] [--libero-repeats 5] [--builtin-envs 256]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,21 +122,41 @@ def raw_round(env: VectorEnv, task_id: int, actions: list[torch.Tensor]) -> tupl
 @torch.no_grad()
 def model_seconds(parts: Components, round_: Trajectories, steps: int) -> float:
     """The model calls our round made, on their own: per decision the policy plans the
-    slots whose chunk offset is 0 (the ones that replanned), then the critic values
-    the round's valid rows in one batch."""
+    slots whose chunk offset is 0 (the ones that replanned) as far as the longest of
+    their horizons, the critic values the timed-out rows (the time-out bootstrap;
+    the same number of rows), then the round's valid rows in one batch."""
     policy, critic = parts.algorithm.policy, parts.algorithm.critic
     started = time.perf_counter()
     for t in range(steps):
         replanned = (round_.chunk_offset[t] == 0).nonzero().squeeze(1)
-        policy.sample_plan(round_.obs[t, replanned], round_.plan_horizon[t, replanned])
+        horizons = round_.plan_horizon[t, replanned]
+        plan_steps = int(horizons.max())
+        policy.sample_plan(
+            round_.obs[t, replanned], horizons, steps=plan_steps, chunk=parts.algorithm.chunk
+        )
+        if critic is not None and bool(round_.timeout[t].any()):
+            critic(round_.obs[t, round_.timeout[t]])
     if critic is not None:
         critic(round_.obs[round_.valid])
     return time.perf_counter() - started
 
 
-def measure(parts: Components, task_id: int, repeats: int) -> tuple[float, float, float]:
-    """Median env actions/s of ours, of the raw env, and of the raw env plus the
-    model's own calls, alternating them."""
+@dataclass
+class Measurement:
+    """Medians over the repeats. The ratios are medians of each repeat's own ratio
+    (ours and its baselines run back to back), which cancels the machine's drift
+    between repeats better than a ratio of medians."""
+
+    ours: float
+    raw: float
+    floor: float
+    ratio: float
+    floor_ratio: float
+
+
+def measure(parts: Components, task_id: int, repeats: int) -> Measurement:
+    """Env actions/s of ours, of the raw env, and of the raw env plus the model's own
+    calls, each repeat running the three back to back."""
     recorder = RecordingEnv(parts.env)
     ours_rates, raw_rates, floor_rates = [], [], []
     ours_round(parts, recorder, task_id)  # warm-up (first plans, lazy simulator state)
@@ -148,10 +169,13 @@ def measure(parts: Components, task_id: int, repeats: int) -> tuple[float, float
         raw_rates.append(raw_executed / raw_seconds)
         model = model_seconds(parts, round_, len(recorder.actions))
         floor_rates.append(raw_executed / (raw_seconds + model))
-    return (
-        statistics.median(ours_rates),
-        statistics.median(raw_rates),
-        statistics.median(floor_rates),
+    median = statistics.median
+    return Measurement(
+        ours=median(ours_rates),
+        raw=median(raw_rates),
+        floor=median(floor_rates),
+        ratio=median(o / r for o, r in zip(ours_rates, raw_rates, strict=True)),
+        floor_ratio=median(o / f for o, f in zip(ours_rates, floor_rates, strict=True)),
     )
 
 
@@ -165,16 +189,9 @@ def libero_skip_reason(repeats: int) -> str | None:
     return None
 
 
-def report(name: str, ours: float, baseline: float) -> None:
-    print(
-        f"RESULT bench={name} ours={ours:.1f} baseline={baseline:.1f} "
-        f"ratio={ours / baseline:.3f} unit=steps/s better=higher"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="built-in env rounds (>= 1)")
+    parser.add_argument("--repeats", type=int, default=21, help="built-in env rounds (>= 1)")
     parser.add_argument("--libero-repeats", type=int, default=5, help="LIBERO rounds; 0 skips")
     parser.add_argument("--builtin-envs", type=int, default=256)
     args = parser.parse_args()
@@ -185,12 +202,15 @@ def main() -> None:
     builtin = build(
         {"name": "builtin_reach", "num_parallel_envs": args.builtin_envs}, hidden=[64, 64]
     )
-    ours, raw, floor = measure(builtin, task_id=0, repeats=args.repeats)
+    got = measure(builtin, task_id=0, repeats=args.repeats)
     print(
-        f"builtin_reach, {args.builtin_envs} copies: ours {ours:,.0f} actions/s, raw {raw:,.0f}, "
-        f"raw env + the model's calls alone {floor:,.0f}"
+        f"builtin_reach, {args.builtin_envs} copies: ours {got.ours:,.0f} actions/s, "
+        f"raw {got.raw:,.0f}, raw env + the model's calls alone {got.floor:,.0f}"
     )
-    results += [("rollout_builtin", ours, raw), ("rollout_builtin_loop", ours, floor)]
+    results += [
+        ("rollout_builtin", got.ours, got.raw, got.ratio),
+        ("rollout_builtin_loop", got.ours, got.floor, got.floor_ratio),
+    ]
 
     skip = libero_skip_reason(args.libero_repeats)
     if skip:
@@ -207,14 +227,20 @@ def main() -> None:
             hidden=[64, 64],
         )
         try:
-            ours, raw, _ = measure(libero, task_id=0, repeats=args.libero_repeats)
+            got = measure(libero, task_id=0, repeats=args.libero_repeats)
         finally:
             libero.env.close()
-        print(f"libero_spatial state-only, 2 copies / 2 workers: ours {ours:.1f}, raw {raw:.1f}")
-        results.append(("rollout_libero", ours, raw))
+        print(
+            f"libero_spatial state-only, 2 copies / 2 workers: "
+            f"ours {got.ours:.1f}, raw {got.raw:.1f}"
+        )
+        results.append(("rollout_libero", got.ours, got.raw, got.ratio))
 
-    for name, ours, raw in results:
-        report(name, ours, raw)
+    for name, ours, baseline, ratio in results:
+        print(
+            f"RESULT bench={name} ours={ours:.1f} baseline={baseline:.1f} "
+            f"ratio={ratio:.3f} unit=steps/s better=higher"
+        )
 
 
 if __name__ == "__main__":

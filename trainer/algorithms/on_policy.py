@@ -78,8 +78,13 @@ class OnPolicyAlgorithm(ABC):
 
     # ----- rollout -------------------------------------------------------------
     def start_round(self, horizons: torch.Tensor, num_steps: int) -> None:
-        """New episodes begin: fresh plans for every slot, empty storage."""
-        self.plan_cache = PlanCache(horizons, self.chunk, self.policy.max_horizon)
+        """New episodes begin: fresh plans for every slot, empty storage. Rounds with
+        the same horizons (every round of a run) share the plan cache's schedule."""
+        cache, max_horizon = self.plan_cache, self.policy.max_horizon
+        if cache is not None and cache.same_schedule(horizons, self.chunk, max_horizon):
+            cache.restart()
+        else:
+            self.plan_cache = PlanCache(horizons, self.chunk, max_horizon)
         self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk)
 
     @torch.no_grad()
@@ -92,20 +97,21 @@ class OnPolicyAlgorithm(ABC):
         """
         cache = self.plan_cache
         assert cache is not None, "start_round() first"
-        replan = cache.needs_replan().nonzero().squeeze(1)
+        replan, horizons, plan_steps = cache.replan_slots()
         if replan.numel():
-            plan, step_log_probs = self.policy.sample_plan(
-                obs.index_select(0, replan), cache.horizons.index_select(0, replan)
+            plan_obs = obs if replan.numel() == obs.shape[0] else obs.index_select(0, replan)
+            plan, chunk_log_probs = self.policy.sample_plan(
+                plan_obs, horizons, steps=plan_steps, chunk=self.chunk
             )
-            cache.store(replan, plan, step_log_probs)
+            cache.store(replan, plan, chunk_log_probs)
         draw = cache.next_chunk()
         self._pending = (obs, draw)
-        return draw.actions[..., : self.policy.env_action_dim]
+        dims = self.policy.env_action_dim
+        return draw.actions if draw.actions.shape[2] == dims else draw.actions[..., :dims]
 
     def process_env_step(self, step: EnvStep) -> None:
         assert self._pending is not None and self.storage is not None and self.plan_cache
         obs, draw = self._pending
-        done = step.done
         timeouts = step.truncated & ~step.terminated
         reward = env_reward = step.reward.float()
         if self.critic is not None and self.settings.bootstrap_timeouts:
@@ -125,13 +131,12 @@ class OnPolicyAlgorithm(ABC):
                 log_prob=draw.log_prob,
                 reward=reward,
                 env_reward=env_reward,
-                done=done,
+                done=step.terminated | step.truncated,
                 timeout=timeouts,
                 success=step.success,
                 executed_actions=step.executed_actions,
             )
         )
-        self.plan_cache.invalidate(done)
         self._pending = None
 
     def finish_round(
@@ -149,13 +154,19 @@ class OnPolicyAlgorithm(ABC):
         vectors); 0 elsewhere, and everywhere for algorithms without a critic."""
         if self.critic is None:
             return trajectories
-        valid = trajectories.valid
-        obs = trajectories.obs[valid]  # never empty: every episode has its first row
+        obs = trajectories.obs
+        # Row indices into the flattened [T * B] rows: selecting and writing rows by
+        # index is several times faster on the CPU than boolean-mask indexing.
+        rows = trajectories.valid.view(-1).nonzero().squeeze(1)  # never empty
+        valid_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows)
         # Bounded batches: a round of camera images is large, its activations larger.
-        parts = obs.split(max(1, _CRITIC_BATCH_ELEMENTS // obs.shape[1:].numel()))
-        values = torch.zeros(valid.shape)
-        values[valid] = torch.cat([self.critic(part) for part in parts])
-        return replace(trajectories, value=values)
+        batch = max(1, _CRITIC_BATCH_ELEMENTS // obs.shape[2:].numel())
+        if len(rows) <= batch:
+            values = self.critic(valid_obs)
+        else:
+            values = torch.cat([self.critic(part) for part in valid_obs.split(batch)])
+        flat = torch.zeros(obs.shape[0] * obs.shape[1]).index_copy_(0, rows, values)
+        return replace(trajectories, value=flat.view(obs.shape[:2]))
 
     # ----- learning ------------------------------------------------------------
     @abstractmethod

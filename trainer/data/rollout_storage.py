@@ -197,9 +197,12 @@ class RolloutStorage:
                 stacked[name] = torch.cat([value, pad])
         steps = torch.arange(self.num_steps).unsqueeze(1)
         plan_step = (steps - stacked["chunk_offset"] // self.chunk).clamp(min=0)
+        # Rows of the flattened [T * B] observations: row selection copies whole
+        # observations, several times faster on the CPU than a gather over T.
         obs = stacked["obs"]
-        index = plan_step.view(*plan_step.shape, *([1] * (obs.dim() - 2))).expand_as(obs)
-        stacked["plan_obs"] = obs.gather(0, index)
+        rows = (plan_step * self.num_envs + torch.arange(self.num_envs)).view(-1)
+        plan_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows)
+        stacked["plan_obs"] = plan_obs.view(obs.shape)
         stacked["plan_horizon"] = horizon.long().expand(self.num_steps, -1).clone()
         done = stacked["done"]
         ended_before = torch.cumsum(done.long(), dim=0) - done.long()

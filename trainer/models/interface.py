@@ -4,9 +4,11 @@ The rollout loop (``trainer.algorithms``) only calls the two methods below, so a
 vision-language-action model (OpenVLA-OFT, pi0 / pi0.5) plugs in by wrapping it in an
 adapter that implements ``ChunkedPolicy``:
 
-- ``sample_plan(obs, horizons)`` returns the full plan ``[B, max_horizon, action_dim]``
-  and per-action log-probs ``[B, max_horizon]`` over the env's action dims. A flow or
-  diffusion head (pi0) returns the log-prob of its own sampling chain; an
+- ``sample_plan(obs, horizons, steps=S, chunk=C)`` returns a plan
+  ``[B, S, action_dim]`` (``S`` defaults to ``max_horizon``; the rollout asks only
+  for as many steps as the longest horizon in the batch) and the log-prob over the
+  env's action dims of each chunk of ``C`` consecutive actions, ``[B, S // C]``. A
+  flow or diffusion head (pi0) returns the log-prob of its own sampling chain; an
   autoregressive token head (OpenVLA) returns the sum of its action-token log-probs.
   A model that can only plan one fixed length per forward groups the batch by horizon
   and calls itself once per group, as RLinf's OpenPI ``predict_action_batch`` does.
@@ -34,7 +36,12 @@ class ChunkedPolicy(Protocol):
     max_horizon: int
 
     def sample_plan(
-        self, obs: torch.Tensor, horizons: torch.Tensor, deterministic: bool = False
+        self,
+        obs: torch.Tensor,
+        horizons: torch.Tensor,
+        deterministic: bool = False,
+        steps: int | None = None,
+        chunk: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def chunk_log_prob(

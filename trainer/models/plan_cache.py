@@ -5,10 +5,19 @@ assigned cyclically over the batch). The cache keeps the slot's full plan and an
 offset; when the offset reaches ``H_i`` the slot replans; the executed chunk is
 ``plan[offset : offset + chunk]``. Offsets and horizons are returned with every chunk
 so training can recompute exactly the rollout's log-probabilities.
+
+Offsets advance by one chunk per decision from 0 at the start of a round, so slot
+``i`` replans exactly at the decisions ``t`` where ``t * chunk % H_i == 0``: the
+schedule depends only on the horizons. It is worked out once per decision phase
+(``t`` modulo the horizons' common period) and reused for every later round with
+the same horizons, so a decision costs two copies and two row selections, whatever
+the horizons. A slot whose episode ended keeps its schedule: its rows are invalid from
+then on (see ``RolloutStorage.finish``), so what it plans is never trained on.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -28,70 +37,125 @@ class ChunkDraw:
     finds from the offset: a plan is made at the step where its offset is 0)."""
 
     actions: torch.Tensor  # [B, chunk, action_dim] in the model's action dims
-    log_prob: torch.Tensor  # [B], sliced from the log-probs computed at planning time
+    log_prob: torch.Tensor  # [B], the chunk's share of the log-probs of its plan
     offsets: torch.Tensor  # [B] long: where the chunk starts in its plan
     horizons: torch.Tensor  # [B] long, the cache's horizons (fixed for its lifetime)
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """Everything one decision phase needs, computed once."""
+
+    replan: torch.Tensor  # [R] long: the slots that plan anew before acting
+    replan_horizons: torch.Tensor  # [R] long: their horizons
+    plan_steps: int  # the longest of those horizons: how far their plans must go
+    offsets: torch.Tensor  # [B] long: where each slot's chunk starts in its plan
+    # [B] long: row ``slot * chunks_per_plan + offset // chunk`` of the plans seen as
+    # one row per chunk. Selecting rows from that flat view is a few times faster on
+    # the CPU than a gather along the step axis with an expanded index.
+    chunk_rows: torch.Tensor
+
+
 class PlanCache:
-    """Runs once per decision of every rollout: each method is a handful of whole-batch
-    tensor ops (index lists rather than boolean masks, no per-slot Python), because on a
-    fast env their fixed cost per call is what the rollout loop adds to the env."""
+    """The plans of one batch of slots, walked one chunk per decision.
+
+    Per decision: ``replan_slots()`` names the slots to plan for, ``store()`` keeps
+    their new plans, ``next_chunk()`` slices every slot's chunk and moves on.
+    ``restart()`` begins a new round (offsets back to 0) and keeps the schedule.
+    """
 
     def __init__(self, horizons: torch.Tensor, chunk: int, max_horizon: int) -> None:
         if bool((horizons % chunk != 0).any()):
             raise ValueError(f"every horizon must be a multiple of the chunk size {chunk}")
         if int(horizons.max()) > max_horizon:
             raise ValueError(f"horizons exceed the policy's max horizon {max_horizon}")
+        if max_horizon % chunk:
+            raise ValueError(f"the max horizon {max_horizon} must be a multiple of {chunk}")
         self.horizons = horizons.clone()
         self.chunk = chunk
         self.max_horizon = max_horizon
-        self.offsets = self.horizons.clone()  # offset == H means "replan before acting"
-        self.plans: torch.Tensor | None = None
-        self.step_log_probs: torch.Tensor | None = None
-        self._chunk_steps = torch.arange(chunk)
+        self.period = math.lcm(*(h // chunk for h in set(self.horizons.tolist())))
+        self._phases: dict[int, _Phase] = {}
+        self.chunks_per_plan = max_horizon // chunk
+        self.plans: torch.Tensor | None = None  # [B, max_horizon, action_dim]
+        self.chunk_log_probs: torch.Tensor | None = None  # [B, chunks_per_plan]
+        self.restart()
 
     @property
     def batch_size(self) -> int:
         return int(self.horizons.shape[0])
 
-    def needs_replan(self) -> torch.Tensor:
-        return self.offsets >= self.horizons
+    def same_schedule(self, horizons: torch.Tensor, chunk: int, max_horizon: int) -> bool:
+        return (
+            chunk == self.chunk
+            and max_horizon == self.max_horizon
+            and horizons.shape == self.horizons.shape
+            and torch.equal(horizons, self.horizons)
+        )
 
-    def store(self, which: torch.Tensor, plans: torch.Tensor, step_log_probs: torch.Tensor) -> None:
-        """Keep new plans for the slots ``which`` (indices, or a boolean mask)."""
-        if which.dtype == torch.bool:
-            which = which.nonzero().squeeze(1)
-        if self.plans is None:
+    def restart(self) -> None:
+        """A new round: every slot plans before its first chunk."""
+        self.decision = 0
+        self._stored_at = -1
+
+    def replan_slots(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The slots that need a new plan before this decision, their horizons, and
+        how many steps their plans need (the longest of those horizons)."""
+        phase = self._phase()
+        return phase.replan, phase.replan_horizons, phase.plan_steps
+
+    def store(
+        self, which: torch.Tensor, plans: torch.Tensor, chunk_log_probs: torch.Tensor
+    ) -> None:
+        """Keep new plans ``[R, S, action_dim]`` and the log-prob of each of their
+        chunks ``[R, S // chunk]`` for the slots ``which`` (indices). ``S`` may stop
+        short of the max horizon at any multiple of the chunk that covers the slots'
+        horizons: steps past a slot's horizon are never executed."""
+        steps = plans.shape[1]
+        if steps % self.chunk or steps > self.max_horizon:
+            raise ValueError(
+                f"plans of {steps} steps: use a multiple of {self.chunk} up to {self.max_horizon}"
+            )
+        if self.plans is None or self.plans.shape[2] != plans.shape[2]:
             batch = self.batch_size
-            self.plans = plans.new_zeros(batch, *plans.shape[1:])
-            self.step_log_probs = step_log_probs.new_zeros(batch, *step_log_probs.shape[1:])
-        assert self.step_log_probs is not None
-        self.plans.index_copy_(0, which, plans)
-        self.step_log_probs.index_copy_(0, which, step_log_probs)
-        self.offsets.index_fill_(0, which, 0)
+            self.plans = plans.new_zeros(batch, self.max_horizon, plans.shape[2])
+            self.chunk_log_probs = chunk_log_probs.new_zeros(batch, self.chunks_per_plan)
+        assert self.chunk_log_probs is not None
+        self.plans[:, :steps].index_copy_(0, which, plans)
+        self.chunk_log_probs[:, : steps // self.chunk].index_copy_(0, which, chunk_log_probs)
+        self._stored_at = self.decision
 
     def next_chunk(self) -> ChunkDraw:
-        """Slice every slot's chunk at its offset and advance the offsets.
-
-        Every slot must hold a plan with room left (``needs_replan()`` all false): the
-        rollout replans those slots first, in the same call.
-        """
-        if self.plans is None:
+        """Slice every slot's chunk at its offset and move to the next decision."""
+        phase = self._phase()
+        if self._stored_at != self.decision and phase.replan.numel():
             raise RuntimeError("some slots need a new plan before the next chunk")
-        assert self.step_log_probs is not None
-        offsets = self.offsets
-        steps = offsets.unsqueeze(1) + self._chunk_steps
-        index = steps.unsqueeze(2).expand(-1, -1, self.plans.shape[2])
+        assert self.plans is not None and self.chunk_log_probs is not None
+        batch, _, action_dim = self.plans.shape
+        chunks = self.plans.view(batch * self.chunks_per_plan, self.chunk * action_dim)
         draw = ChunkDraw(
-            actions=self.plans.gather(1, index),
-            log_prob=self.step_log_probs.gather(1, steps).sum(1),
-            offsets=offsets,
+            actions=chunks.index_select(0, phase.chunk_rows).view(batch, self.chunk, action_dim),
+            log_prob=self.chunk_log_probs.view(-1).index_select(0, phase.chunk_rows),
+            offsets=phase.offsets,
             horizons=self.horizons,
         )
-        self.offsets = offsets + self.chunk  # a new tensor: the draw keeps its offsets
+        self.decision += 1
         return draw
 
-    def invalidate(self, which: torch.Tensor) -> None:
-        """Force a replan for slots whose episode ended (their plan is for a dead episode)."""
-        self.offsets = torch.where(which, self.horizons, self.offsets)
+    def _phase(self) -> _Phase:
+        key = self.decision % self.period
+        phase = self._phases.get(key)
+        if phase is None:
+            offsets = (key * self.chunk) % self.horizons
+            replan = (offsets == 0).nonzero().squeeze(1)
+            replan_horizons = self.horizons.index_select(0, replan)
+            slots = torch.arange(self.batch_size)
+            phase = _Phase(
+                replan=replan,
+                replan_horizons=replan_horizons,
+                plan_steps=int(replan_horizons.max()) if replan.numel() else 0,
+                offsets=offsets,
+                chunk_rows=slots * self.chunks_per_plan + offsets // self.chunk,
+            )
+            self._phases[key] = phase
+        return phase

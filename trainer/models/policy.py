@@ -64,24 +64,39 @@ class GaussianChunkPolicy(nn.Module):
 
     @torch.no_grad()
     def sample_plan(
-        self, obs: torch.Tensor, horizons: torch.Tensor, deterministic: bool = False
+        self,
+        obs: torch.Tensor,
+        horizons: torch.Tensor,
+        deterministic: bool = False,
+        steps: int | None = None,
+        chunk: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A full plan ``[B, max_horizon, action_dim]`` and the log-prob of each of its
-        actions over the env's dims ``[B, max_horizon]``.
+        """A plan ``[B, steps, action_dim]`` (``steps`` defaults to the max horizon) and
+        the log-prob over the env's dims of each run of ``chunk`` consecutive actions
+        ``[B, steps // chunk]`` (with the default ``chunk=1``, of each action).
 
-        The log-prob comes straight from the standard-normal draw ``z`` (the action
-        is ``mean + std * z``): the same density ``_log_prob`` gives from the action,
-        in a third of the ops, on the path every replanning decision takes.
+        ``steps`` lets a caller whose samples all have horizons of at most ``steps``
+        skip drawing actions that would never run (drawing them is a large part of a
+        small policy's cost). The log-prob comes straight from the standard-normal
+        draw ``z`` (the action is ``mean + std * z``): the same density ``_log_prob``
+        gives from the action, in a third of the ops, summed over each chunk in the
+        same reduction.
         """
         mean = self.plan_mean(obs, horizons)
+        if steps is not None:
+            mean = mean[:, :steps]
+        batch, plan_steps, _ = mean.shape
+        if plan_steps % chunk:
+            raise ValueError(f"a plan of {plan_steps} steps does not split into chunks of {chunk}")
         dims = self.env_action_dim
         log_std = self.log_std[:dims]
-        constant = log_std.sum() + dims * _HALF_LOG_2PI
+        constant = chunk * (log_std.sum() + dims * _HALF_LOG_2PI)
         if deterministic:
-            return mean, (-constant).expand(mean.shape[:2]).clone()
+            return mean, (-constant).expand(batch, plan_steps // chunk).clone()
         noise = torch.randn_like(mean)
         plan = torch.addcmul(mean, noise, self.log_std.exp())
-        return plan, noise[..., :dims].pow(2).sum(-1).mul(-0.5).sub(constant)
+        per_chunk = noise[..., :dims].reshape(batch, plan_steps // chunk, chunk * dims)
+        return plan, per_chunk.pow(2).sum(-1).mul(-0.5).sub(constant)
 
     def chunk_log_prob(
         self,

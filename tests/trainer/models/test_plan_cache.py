@@ -27,13 +27,17 @@ def _cache_with_counting_plans(horizons, chunk=5, max_horizon=15):
     made = []
 
     def replan():
-        need = cache.needs_replan()
-        count = int(need.sum())
+        which, _, _ = cache.replan_slots()
+        if not which.numel():
+            return
         # plan[i, k] = 100 * plan number + k, so every slice shows where it came from
-        plans = torch.arange(max_horizon, dtype=torch.float32).repeat(count, 1)
+        plans = torch.arange(max_horizon, dtype=torch.float32).repeat(len(which), 1)
         plans = (plans + 100 * (len(made) + 1))[:, :, None].repeat(1, 1, 2)
-        cache.store(need, plans, plans[:, :, 0] / 1000)
-        made.append(need.clone())
+        # the log-prob of a chunk: the sum of its actions' first values / 1000
+        cache.store(which, plans, plans[:, :, 0].view(len(which), -1, chunk).sum(2) / 1000)
+        mask = torch.zeros(len(horizons), dtype=torch.bool)
+        mask[which] = True
+        made.append(mask)
 
     return cache, made, replan
 
@@ -42,8 +46,7 @@ def test_a_slot_replans_when_its_offset_reaches_its_horizon():
     cache, made, replan = _cache_with_counting_plans([5, 10, 15])
     offsets = []
     for _ in range(6):
-        if cache.needs_replan().any():
-            replan()
+        replan()
         draw = cache.next_chunk()
         offsets.append(draw.offsets.tolist())
     assert offsets == [[0, 0, 0], [0, 5, 5], [0, 0, 10], [0, 5, 0], [0, 0, 5], [0, 5, 10]]
@@ -61,14 +64,55 @@ def test_the_executed_chunk_is_the_plan_sliced_at_the_offset():
     assert chunks[2].horizons.tolist() == [15]
 
 
+def test_a_new_round_restarts_every_slot_and_keeps_the_schedule():
+    cache, made, replan = _cache_with_counting_plans([5, 10, 15])
+    for _ in range(4):
+        replan()
+        cache.next_chunk()
+    assert cache.same_schedule(torch.tensor([5, 10, 15]), 5, 15)
+    assert not cache.same_schedule(torch.tensor([5, 10, 10]), 5, 15)
+    assert not cache.same_schedule(torch.tensor([5, 10, 15]), 5, 20)
+    phases = dict(cache._phases)
+    cache.restart()
+    replan()
+    draw = cache.next_chunk()
+    assert made[-1].tolist() == [True, True, True]
+    assert draw.offsets.tolist() == [0, 0, 0]
+    assert draw.actions[:, 0, 0].tolist() == [500.0, 500.0, 500.0]  # the fifth plans
+    assert cache._phases.keys() == phases.keys()  # nothing worked out twice
+
+
+def test_plans_stop_at_the_longest_horizon_among_the_replanning_slots():
+    cache = PlanCache(torch.tensor([5, 10, 15, 5]), 5, 15)
+    steps_per_decision = []
+    for _ in range(6):
+        which, _, plan_steps = cache.replan_slots()
+        steps_per_decision.append(plan_steps)
+        plans = torch.arange(plan_steps, dtype=torch.float32).repeat(len(which), 1)[:, :, None]
+        cache.store(which, plans, plans[:, :, 0].view(len(which), -1, 5).sum(2))
+        draw = cache.next_chunk()
+        # every slot still gets its own chunk: [offset, ..., offset + 4]
+        assert torch.equal(draw.actions[:, 0, 0], draw.offsets.float())
+        assert torch.equal(draw.log_prob, 5 * draw.offsets.float() + 10)
+    assert steps_per_decision == [15, 5, 10, 15, 10, 5]
+    with pytest.raises(ValueError, match="plans of 7 steps: use a multiple of 5 up to 15"):
+        cache.store(torch.tensor([0]), torch.zeros(1, 7, 1), torch.zeros(1, 1))
+
+
 def test_acting_without_a_plan_and_bad_horizons_are_errors():
     cache = PlanCache(torch.tensor([5, 10]), 5, 10)
     with pytest.raises(RuntimeError, match="need a new plan"):
         cache.next_chunk()
+    cache.store(torch.tensor([0, 1]), torch.zeros(2, 10, 7), torch.zeros(2, 2))
+    cache.next_chunk()
+    with pytest.raises(RuntimeError, match="need a new plan"):
+        cache.next_chunk()  # slot 0 (H=5) must replan at the second decision
     with pytest.raises(ValueError, match="multiple of the chunk size 5"):
         PlanCache(torch.tensor([5, 7]), 5, 10)
     with pytest.raises(ValueError, match="max horizon 10"):
         PlanCache(torch.tensor([15]), 5, 10)
+    with pytest.raises(ValueError, match="max horizon 12 must be a multiple of 5"):
+        PlanCache(torch.tensor([10]), 5, 12)
 
 
 def _policy(kind, obs_shape, action_dim=8):
@@ -130,6 +174,26 @@ def test_the_extra_model_dims_are_never_sent_nor_counted():
     assert torch.allclose(original, step_log_probs[:, :5].sum(1), atol=1e-5)
 
 
+def test_a_shorter_plan_is_the_start_of_the_full_plan():
+    torch.manual_seed(3)
+    policy = _policy("mlp", (19,))
+    obs, horizons = torch.randn(3, 19), torch.tensor([5, 10, 5])
+    full, full_log_probs = policy.sample_plan(obs, horizons, deterministic=True)
+    short, short_log_probs = policy.sample_plan(obs, horizons, deterministic=True, steps=10)
+    assert short.shape == (3, 10, 8) and short_log_probs.shape == (3, 10)
+    assert torch.equal(short, full[:, :10])
+    assert torch.equal(short_log_probs, full_log_probs[:, :10])
+    sampled, log_probs = policy.sample_plan(obs, horizons, steps=10, chunk=5)
+    assert log_probs.shape == (3, 2)
+    for k in range(2):
+        offsets = torch.full((3,), 5 * k)
+        chunk = sampled[:, 5 * k : 5 * k + 5]
+        recomputed, _ = policy.chunk_log_prob(obs, horizons, offsets, chunk)
+        assert torch.allclose(recomputed, log_probs[:, k], atol=1e-5)
+    with pytest.raises(ValueError, match="plan of 10 steps does not split into chunks of 3"):
+        policy.sample_plan(obs, horizons, steps=10, chunk=3)
+
+
 def test_a_cnn_policy_and_critic_work_on_camera_images():
     torch.manual_seed(2)
     obs_shape = (3, 32, 32)
@@ -138,8 +202,8 @@ def test_a_cnn_policy_and_critic_work_on_camera_images():
     obs = torch.rand(4, *obs_shape)
     horizons = torch.tensor([10, 5, 10, 5])
     cache = PlanCache(horizons, 5, 15)
-    plan, step_log_probs = policy.sample_plan(obs, horizons)
-    cache.store(torch.ones(4, dtype=torch.bool), plan, step_log_probs)
+    plan, chunk_log_probs = policy.sample_plan(obs, horizons, chunk=5)
+    cache.store(torch.arange(4), plan, chunk_log_probs)
     draw = cache.next_chunk()
     log_prob, _ = policy.chunk_log_prob(obs, draw.horizons, draw.offsets, draw.actions)
     assert torch.allclose(log_prob, draw.log_prob, atol=1e-5)
@@ -171,14 +235,17 @@ def test_every_slot_walks_its_plan_in_chunks_and_replans_at_its_horizon(
     horizons = assign_horizons(pattern, batch)
     cache = PlanCache(horizons, chunk, max(pattern))
     for step in range(steps):
-        need = cache.needs_replan()
-        count = int(need.sum())
-        if count:
-            cache.store(
-                need,
-                torch.zeros(count, max(pattern), 2),
-                torch.zeros(count, max(pattern)),
-            )
-        draw = cache.next_chunk()
+        which, which_horizons, plan_steps = cache.replan_slots()
         expected = (step * chunk) % horizons
+        assert torch.equal(which, (expected == 0).nonzero().squeeze(1))
+        assert torch.equal(which_horizons, horizons[which])
+        if which.numel():
+            # plans only as long as the longest horizon among the replanning slots
+            assert plan_steps == int(which_horizons.max())
+            plans = torch.full((len(which), plan_steps, 2), float(step))
+            cache.store(which, plans, torch.zeros(len(which), plan_steps // chunk))
+        draw = cache.next_chunk()
         assert torch.equal(draw.offsets, expected)
+        # each slot executes the plan it made at its last replanning decision
+        made_at = step - (step % (horizons // chunk))
+        assert torch.equal(draw.actions[:, 0, 0], made_at.float())
