@@ -1,21 +1,24 @@
 """Benchmark: env actions per second of our rollout loop vs the raw env, same actions.
 
 Ours is the runner's collection path, `trainer.runner.collection.run_round`: reset the
-copies to init states, then per decision the policy plans (plan cache, action chunks),
-the critic values the observation, the env steps, and `process_env_step` stores the
-transition (with the time-out bootstrap); `finish_round` builds the trajectories. The
-baseline steps the same env with nothing else: `reset` to the same init states, then
-`step` with the very actions our loop sent (recorded on the way), so both runs execute
-the same env actions and the ratio is the share of time left to the env.
+copies to init states, then per decision the plan cache names the slots to replan, the
+policy plans them, the env steps the chunk, and `process_env_step` stores the
+transition (with the time-out bootstrap); `finish_round` builds the trajectories and
+the critic values them in one batch. The baseline steps the same env with nothing
+else: `reset` to the same init states, then `step` with the very actions our loop sent
+(recorded on the way), so both runs execute the same env actions and the ratio is the
+share of time left to the env. Each repeat runs ours and its baselines back to back;
+the ratios are medians of each repeat's own ratio.
 
 Two envs, each its own RESULT line (target ratio >= 0.9):
-- `rollout_builtin`: the built-in env (torch, 2-3 M actions/s). The env is so cheap
-  that the model's own arithmetic (the policy forward for the slots that replan, the
-  critic over the round) costs about as much as stepping it, so no loop that runs a
-  neural policy can reach 0.9 here. A second line, `rollout_builtin_loop`, separates
-  the loop's own cost: its baseline is the raw env plus those very model calls (same
-  rows, same batch sizes) timed on their own, so its ratio is the share of our time
-  that is env or model, and 1 - ratio is what the loop itself adds.
+- `rollout_builtin`: the built-in env (torch, 0.7-3 M actions/s depending on the
+  machine). The env is so cheap that the model's own arithmetic (the policy forward
+  for the slots that replan, the critic's values) costs about half as much as
+  stepping it, so no loop that runs a neural policy can reach 0.9 here. A second
+  line, `rollout_builtin_loop`, separates the loop's own cost: its baseline is the raw
+  env plus those very model calls (same rows, same batch sizes) timed on their own,
+  so its ratio is the share of our time that is env or model, and 1 - ratio is what
+  the loop itself adds.
 - `rollout_libero`: LIBERO libero_spatial task 0, state-only, 2 copies in 2 worker
   processes (what `env.num_workers: 2` runs). Skipped with a note when LIBERO is not
   installed (`./armature install-libero`).
