@@ -6,7 +6,7 @@ adapter that implements ``ChunkedPolicy``:
 
 - ``sample_plan(obs, horizons, steps=S, chunk=C)`` returns a plan
   ``[B, S, action_dim]`` (``S`` defaults to ``max_horizon``; the rollout asks only
-  for as many steps as the longest horizon in the batch) and the log-prob over the
+  for the longest horizon among the slots it replans) and the log-prob over the
   env's action dims of each chunk of ``C`` consecutive actions, ``[B, S // C]``. A
   flow or diffusion head (pi0) returns the log-prob of its own sampling chain; an
   autoregressive token head (OpenVLA) returns the sum of its action-token log-probs.
