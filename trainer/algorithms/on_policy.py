@@ -131,7 +131,7 @@ class OnPolicyAlgorithm(ABC):
                 log_prob=draw.log_prob,
                 reward=reward,
                 env_reward=env_reward,
-                done=step.terminated | step.truncated,
+                done=step.done,
                 timeout=timeouts,
                 success=step.success,
                 executed_actions=step.executed_actions,

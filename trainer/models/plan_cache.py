@@ -89,7 +89,6 @@ class PlanCache:
         return (
             chunk == self.chunk
             and max_horizon == self.max_horizon
-            and horizons.shape == self.horizons.shape
             and torch.equal(horizons, self.horizons)
         )
 
