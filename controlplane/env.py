@@ -7,6 +7,7 @@ lists them all.
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
@@ -30,6 +31,22 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def artifacts_dir(value: str, default: Path) -> Path:
+    """ARTIFACTS_DIR as a folder: a plain path or a file:// URI (other schemes need the
+    store mounted as a file system, since trainers and the web server read files)."""
+    if not value:
+        return default
+    parsed = urlparse(value)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme:
+        raise ValueError(
+            f"ARTIFACTS_DIR={value!r}: use a path or a file:// URI; mount an object store "
+            "(e.g. with s3fs or gcsfuse) and give its mount point"
+        )
+    return Path(value)
 
 
 def persistent_secret(path: Path) -> str:

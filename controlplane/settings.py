@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from controlplane.env import env_bool, env_list, env_str, persistent_secret
+from controlplane.env import artifacts_dir, env_bool, env_list, env_str, persistent_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ARMATURE_VAR_DIR", str(BASE_DIR / "var")))
@@ -189,6 +189,20 @@ LOGGING = {
 
 # How often the live status panel re-checks every component.
 ARMATURE_STATUS_INTERVAL_S = float(env_str("ARMATURE_STATUS_INTERVAL_S", "5"))
+
+# Every run's files (checkpoints, metrics, TensorBoard events) live in its own folder
+# under ARTIFACTS_DIR (a path or a file:// URI). With a Ray cluster of several nodes it
+# must be shared storage (NFS, or an object store mounted as a file system).
+ARTIFACTS_DIR = artifacts_dir(env_str("ARTIFACTS_DIR"), VAR_DIR / "artifacts")
+
+# Deadline of every request to Ray's Jobs API.
+RAY_REQUEST_TIMEOUT_S = float(env_str("ARMATURE_RAY_TIMEOUT_S", "10"))
+# A run that has not started in Ray this long after its submission (waiting for
+# resources, or its submission failing again and again) is stopped as timed out.
+ARMATURE_PENDING_TIMEOUT_S = float(env_str("ARMATURE_PENDING_TIMEOUT_S", "900"))
+# A cancel that Ray cannot confirm (unreachable) this long marks the run cancelled with
+# that reason; its job is still stopped as soon as Ray answers.
+ARMATURE_CANCEL_CONFIRM_S = float(env_str("ARMATURE_CANCEL_CONFIRM_S", "120"))
 
 # The Python that runs `python -m trainer` inside Ray jobs; empty: this process's own
 # (right for the local head). Set it for a cluster whose nodes have another layout.

@@ -1,8 +1,8 @@
-"""REST endpoints of runs: launch (with an Idempotency-Key), status, cancel, logs,
-events and metrics."""
+"""REST endpoints of runs: launch (with an Idempotency-Key), status, cancel, resume,
+logs, events, metrics and the run's files."""
 
 from django.db.models import OuterRef, Subquery
-from django.http import HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -12,12 +12,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.experiment_views import config_problems
-from controlplane.api.serializers import RunCreateSerializer, RunSerializer
+from controlplane.api.serializers import ArtifactSerializer, RunCreateSerializer, RunSerializer
 from controlplane.experiments.models import Experiment
 from controlplane.inventory.models import Cluster
-from controlplane.runs import services
+from controlplane.runs import artifacts, dispatch
+from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.interruption import CannotResume, resume
+from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run, RunState
-from controlplane.runs.tasks import cancel_run, reconcile_run
+from controlplane.runs.ray_jobs import RayJobsError
+from controlplane.runs.selectors import job_logs
 from trainer.config.errors import ConfigError
 
 MAX_IDEMPOTENCY_KEY = 200
@@ -56,7 +60,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             revision = get_object_or_404(experiment.revisions, number=data["revision"])
         cluster = get_object_or_404(Cluster, name=data["cluster"]) if "cluster" in data else None
         try:
-            run, created = services.launch_run(
+            run, created = launch_run(
                 experiment, user=request.user, revision=revision, cluster=cluster,
                 overrides=data["overrides"], idempotency_key=key,
                 timeout_s=data.get("timeout_s"),
@@ -71,22 +75,50 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(request=None, responses={202: RunSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        run = self.get_object()
-        if not run.is_final:
-            cancel_run.delay(run.pk)
+        run = request_cancel(self.get_object().pk, f"cancelled by {request.user}")
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: RunSerializer, 409: None})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        try:
+            run = resume(self.get_object().pk, by=request.user)
+        except CannotResume as error:
+            return Response({"detail": str(error)}, status=status.HTTP_409_CONFLICT)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={202: RunSerializer})
     @action(detail=True, methods=["post"])
     def reconcile(self, request: Request, pk: str) -> Response:
         run = self.get_object()
-        reconcile_run.delay(run.pk)
+        dispatch.reconcile_later(run.pk)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(responses={200: str})
+    @extend_schema(responses={200: str, 503: None})
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> HttpResponse:
-        return HttpResponse(services.job_logs(self.get_object()), content_type="text/plain")
+        try:
+            text = job_logs(self.get_object())
+        except RayJobsError as error:
+            return HttpResponse(f"logs unavailable: {error}", status=503, content_type="text/plain")
+        return HttpResponse(text, content_type="text/plain")
+
+    @extend_schema(responses={200: ArtifactSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def artifacts(self, request: Request, pk: str) -> Response:
+        """The run's files (checkpoints, metrics, config…) with their sizes."""
+        files = artifacts.list_artifacts(self.get_object().pk)
+        return Response(ArtifactSerializer(files, many=True).data)
+
+    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    @action(detail=True, methods=["get"], url_path=r"artifacts/(?P<path>.+)")
+    def artifact(self, request: Request, pk: str, path: str) -> FileResponse:
+        """Download one of the run's files."""
+        try:
+            found = artifacts.artifact_path(self.get_object().pk, path)
+        except artifacts.ArtifactNotFound:
+            raise Http404(f"run {pk} has no file {path!r}") from None
+        return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
 
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:

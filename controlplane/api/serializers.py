@@ -132,9 +132,16 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = [
             "id", "experiment", "revision", "cluster", "overrides", "state", "exit_reason",
-            "progress_step", "progress_total", "summary", "ray_job_id", "timeout_s",
+            "progress_step", "progress_total", "summary", "ray_job_id", "attempt",
+            "cancel_requested_at", "timeout_s",
             "created_by", "created_at", "submitted_at", "started_at", "finished_at",
         ]  # fmt: skip
+
+
+class ArtifactSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="Relative to the run's folder.")
+    size = serializers.IntegerField(help_text="Bytes.")
+    modified = serializers.DateTimeField()
 
 
 class RunCreateSerializer(serializers.Serializer):

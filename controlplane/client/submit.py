@@ -27,7 +27,8 @@ EXIT_TIMED_OUT = 5
 EXIT_API_ERROR = 6
 EXIT_INTERRUPTED = 130
 
-FINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
+# "interrupted" ends the wait too: the run needs a person to resume it.
+FINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "timed_out", "interrupted"})
 STATE_EXIT_CODES = {
     "succeeded": EXIT_SUCCESS,
     "failed": EXIT_RUN_FAILED,

@@ -62,6 +62,9 @@ def ray_head_command(temp_dir: Path, ports: RayHeadPorts, num_cpus: int | None =
 RAY_HEAD_ENV = {
     # The local head listens on loopback only; token auth would add nothing there.
     "RAY_AUTH_MODE": "disabled",
+    # Between the SIGTERM and the SIGKILL of a stopped job: time for the trainer to
+    # finish its iteration and save a checkpoint to resume from.
+    "RAY_JOB_STOP_WAIT_TIME_S": "20",
 }
 
 

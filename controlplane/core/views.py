@@ -4,7 +4,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
 from controlplane.core.health import collect_status, status_as_json
-from controlplane.runs.models import FINAL_STATES, Run
+from controlplane.runs.models import ACTIVE_STATES, Run
 
 
 @login_required
@@ -14,8 +14,8 @@ def home(request: HttpRequest) -> HttpResponse:
         request,
         "core/home.html",
         {
-            "active_runs": runs.exclude(state__in=FINAL_STATES)[:10],
-            "recent_runs": runs.filter(state__in=FINAL_STATES)[:10],
+            "active_runs": runs.filter(state__in=ACTIVE_STATES)[:10],
+            "recent_runs": runs.exclude(state__in=ACTIVE_STATES)[:10],
         },
     )
 

@@ -12,7 +12,7 @@ from controlplane.experiments.models import Experiment
 from controlplane.inventory.models import Cluster
 from controlplane.inventory.placement_preview import preview_placement
 from controlplane.inventory.services import to_trainer_cluster
-from controlplane.runs.services import launch_run
+from controlplane.runs.launch import launch_run
 from trainer.config.errors import ConfigError
 
 

@@ -25,6 +25,7 @@ CLOSE_INTERNAL_ERROR = 1011
 CLOSE_CODES = {
     telemetry.Refusal.NO_TOKEN: CLOSE_UNAUTHENTICATED,
     telemetry.Refusal.WRONG_RUN: CLOSE_FORBIDDEN,
+    telemetry.Refusal.OLD_ATTEMPT: CLOSE_FORBIDDEN,
     telemetry.Refusal.RUN_FINISHED: CLOSE_FORBIDDEN,
     telemetry.Refusal.NO_SUCH_RUN: CLOSE_NOT_FOUND,
 }
@@ -50,6 +51,7 @@ class TrainerConsumer(AsyncWebsocketConsumer):
             log.info("trainer link for run %s refused: %s", self.run_id, refusal.value)
             await self.close(code=CLOSE_CODES[refusal])
             return
+        self.attempt = telemetry.link_attempt(token)
         await self.accept()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -62,7 +64,9 @@ class TrainerConsumer(AsyncWebsocketConsumer):
             await self._reply({"type": "error", "seq": invalid.seq, "error": invalid.error})
             return
         try:
-            stored = await database_sync_to_async(telemetry.record)(self.run_id, message)
+            stored = await database_sync_to_async(telemetry.record)(
+                self.run_id, message, self.attempt
+            )
         except Exception:
             log.exception("run %s: could not store message %s", self.run_id, message["seq"])
             await self.close(code=CLOSE_INTERNAL_ERROR)

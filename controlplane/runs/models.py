@@ -12,8 +12,11 @@ class RunState(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
+    # The control plane that owned its Ray head was stopped under it; resumable.
+    INTERRUPTED = "interrupted"
 
 
+ACTIVE_STATES = frozenset({RunState.QUEUED, RunState.SUBMITTING, RunState.RUNNING})
 FINAL_STATES = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT}
 )
@@ -39,6 +42,13 @@ class Run(models.Model):
         null=True, blank=True, help_text="Stop the run as timed out after this many seconds."
     )
     ray_job_id = models.CharField(max_length=200, blank=True)
+    # Each Ray job started for the run is one attempt (a lost submission submitted
+    # again, a resume): its own submission id, its own token, its own telemetry seqs.
+    attempt = models.PositiveIntegerField(default=1)
+    # False while a Ray job of the run may still be alive: reconciliation keeps
+    # following (and, for a finished run, stopping) it until Ray says it ended.
+    job_ended = models.BooleanField(default=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -65,15 +75,20 @@ class Run(models.Model):
         return self.state in FINAL_STATES
 
     @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
     def success_rate(self) -> float | None:
         """The final overall success rate the trainer reported, if any."""
         return self.summary.get("rollout/success_rate")
 
     @property
     def submission_id(self) -> str:
-        """The Ray job's submission id: fixed per run, so a retried submit cannot start a
-        second job."""
-        return f"armature-run-{self.pk}"
+        """The Ray job's submission id: fixed per attempt, so a retried submit cannot
+        start a second job."""
+        suffix = f"-a{self.attempt}" if self.attempt > 1 else ""
+        return f"armature-run-{self.pk}{suffix}"
 
 
 class RunEvent(models.Model):
@@ -93,19 +108,22 @@ class RunEvent(models.Model):
 
 
 class TelemetryBatch(models.Model):
-    """A message from the trainer's link, stored once per (run, seq) so a resent batch
-    is acknowledged without being stored twice."""
+    """A message from the trainer's link, stored once per (run, attempt, seq) so a
+    resent batch is acknowledged without being stored twice."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="telemetry")
+    attempt = models.PositiveIntegerField(default=1)
     seq = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=20)
     received_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_run_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "attempt", "seq"], name="unique_run_attempt_seq")
+        ]
 
     def __str__(self) -> str:
-        return f"{self.run_id}#{self.seq}"
+        return f"{self.run_id}.{self.attempt}#{self.seq}"
 
 
 class MetricPoint(models.Model):

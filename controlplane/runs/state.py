@@ -1,5 +1,7 @@
 """The one place that changes a run's state."""
 
+import logging
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -7,13 +9,20 @@ from controlplane.realtime.groups import RUNS_LIST, run_group
 from controlplane.realtime.publish import publish
 from controlplane.runs.models import FINAL_STATES, Run, RunEvent, RunState
 
+log = logging.getLogger(__name__)
+
 ALLOWED = {
     RunState.QUEUED: {RunState.SUBMITTING, RunState.CANCELLED, RunState.FAILED},
     RunState.SUBMITTING: {
         RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED,
-        RunState.TIMED_OUT,
+        RunState.TIMED_OUT, RunState.INTERRUPTED,
     },
-    RunState.RUNNING: {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT},
+    RunState.RUNNING: {
+        RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT,
+        RunState.INTERRUPTED,
+    },
+    # Resumed (queued again as a new attempt), or closed for good.
+    RunState.INTERRUPTED: {RunState.QUEUED, RunState.CANCELLED},
 }  # fmt: skip
 
 
@@ -36,11 +45,13 @@ def transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
             raise IllegalTransition(run, to)
         now = timezone.now()
         previous, run.state = run.state, to
-        if to == RunState.SUBMITTING:
+        if to == RunState.QUEUED:  # resumed
+            run.finished_at, run.exit_reason = None, ""
+        elif to == RunState.SUBMITTING:
             run.submitted_at = now
         elif to == RunState.RUNNING:
             run.started_at = now
-        elif to in FINAL_STATES:
+        elif to in FINAL_STATES or to == RunState.INTERRUPTED:
             run.finished_at = now
             run.exit_reason = reason or run.exit_reason
         for name, value in fields.items():
@@ -58,5 +69,15 @@ def _announce(run_id: int, message: dict) -> None:
     for group in (run_group(run_id), RUNS_LIST):
         try:
             publish(group, message)
-        except OSError:  # browsers catch up on their next load; the state is stored
-            pass
+        except Exception as error:  # the state is stored; browsers catch up on next load
+            log.warning("run %s: could not tell %s it is %s: %r",
+                        run_id, group, message["state"], error)  # fmt: skip
+
+
+def try_transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
+    """`transition`, unless another path moved the run first (e.g. a cancel raced a
+    finish): then the run as it is."""
+    try:
+        return transition(run_id, to, reason, **fields)
+    except IllegalTransition:
+        return Run.objects.get(pk=run_id)

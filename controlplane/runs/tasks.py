@@ -1,29 +1,48 @@
-"""Celery tasks for runs: thin wrappers over runs.services, safe to retry."""
+"""Celery tasks for runs: thin wrappers over the runs services, safe to retry.
+
+Each remote call inside has its own deadline (RAY_REQUEST_TIMEOUT_S), so a task is
+bounded even in the thread pool, which cannot enforce time limits; the limits below
+apply under the prefork pool. Retries fire on what really happens when Ray is away:
+ray_jobs.RayUnavailable (connection refused, timeout, 5xx).
+"""
 
 from celery import shared_task
 
-from controlplane.runs import services
+from controlplane.runs import cancellation, reconcile, submission
+from controlplane.runs.ray_jobs import RayUnavailable
+
+LIMITS = {"soft_time_limit": 120, "time_limit": 150}
+RETRY_ON_RAY = {
+    "autoretry_for": (RayUnavailable,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+}
 
 
-@shared_task(name="runs.submit", acks_late=True, autoretry_for=(ConnectionError,),
-             retry_backoff=2, max_retries=5)  # fmt: skip
+@shared_task(name="runs.submit", acks_late=True, max_retries=8, **LIMITS, **RETRY_ON_RAY)
 def submit_run(run_id: int) -> str:
-    return services.submit(run_id).state
+    submission.submit(run_id)
+    return reconcile.reconcile(run_id).state
 
 
-@shared_task(name="runs.reconcile", acks_late=True)
+@shared_task(name="runs.reconcile", acks_late=True, **LIMITS)
 def reconcile_run(run_id: int) -> str:
-    return services.reconcile(run_id).state
+    try:
+        return reconcile.reconcile(run_id).state
+    except RayUnavailable:  # the next periodic pass tries again
+        return "ray unavailable"
 
 
-@shared_task(name="runs.reconcile_active")
+@shared_task(name="runs.reconcile_active", soft_time_limit=30, time_limit=45)
 def reconcile_active_runs() -> int:
-    run_ids = services.active_run_ids()
+    run_ids = reconcile.runs_to_reconcile()
     for run_id in run_ids:
         reconcile_run.delay(run_id)
     return len(run_ids)
 
 
-@shared_task(name="runs.cancel", acks_late=True)
+# Until it lands: the periodic reconciliation also enforces pending cancels.
+@shared_task(name="runs.cancel", acks_late=True, max_retries=30, **LIMITS, **RETRY_ON_RAY)
 def cancel_run(run_id: int) -> str:
-    return services.cancel(run_id).state
+    return cancellation.enforce_cancel(run_id).state

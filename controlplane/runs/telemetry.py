@@ -14,11 +14,11 @@ from django.db import IntegrityError, transaction
 
 from controlplane.realtime.groups import RUNS_LIST, run_group
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, TelemetryBatch
-from controlplane.runs.state import IllegalTransition, transition
-from controlplane.runs.tokens import run_id_from_token
+from controlplane.runs.state import try_transition
+from controlplane.runs.tokens import read_run_token
 
 PROTOCOL_VERSION = 1
-EVENT_KINDS = frozenset({"started", "iteration", "checkpoint", "finished", "failed"})
+EVENT_KINDS = frozenset({"started", "iteration", "checkpoint", "stopped", "finished", "failed"})
 MAX_VALUES_PER_MESSAGE = 1000
 MAX_KEY_LENGTH = 200  # MetricPoint.key
 MAX_EVENT_DATA_CHARS = 64 * 1024
@@ -38,23 +38,33 @@ class Refusal(enum.Enum):
 
     NO_TOKEN = "no valid run token"
     WRONG_RUN = "the token is for another run"
+    OLD_ATTEMPT = "the token is for an earlier attempt of the run"
     NO_SUCH_RUN = "no such run"
     RUN_FINISHED = "the run has finished"
 
 
 def link_refusal(run_id: int, token: str | None) -> Refusal | None:
-    """None when `token` lets its bearer report for run `run_id`."""
-    token_run = run_id_from_token(token) if token else None
-    if token_run is None:
+    """None when `token` lets its bearer report for run `run_id` (its current attempt)."""
+    claims = read_run_token(token) if token else None
+    if claims is None:
         return Refusal.NO_TOKEN
-    if token_run != run_id:
+    if claims.run_id != run_id:
         return Refusal.WRONG_RUN
-    run = Run.objects.filter(pk=run_id).only("state").first()
+    run = Run.objects.filter(pk=run_id).only("state", "attempt").first()
     if run is None:
         return Refusal.NO_SUCH_RUN
-    if run.is_final:
+    if claims.attempt != run.attempt:
+        return Refusal.OLD_ATTEMPT
+    if not run.is_active:
         return Refusal.RUN_FINISHED
     return None
+
+
+def link_attempt(token: str) -> int:
+    """The attempt a token that `link_refusal` accepted reports for."""
+    claims = read_run_token(token)
+    assert claims is not None
+    return claims.attempt
 
 
 class InvalidMessage(ValueError):
@@ -167,16 +177,16 @@ def _all_finite(value: Any) -> bool:
     return True
 
 
-def record(run_id: int, message: dict[str, Any]) -> bool:
-    """Store a valid message in one transaction. False when this (run, seq) was stored
-    before: a resend, to be acknowledged again but not stored twice."""
+def record(run_id: int, message: dict[str, Any], attempt: int = 1) -> bool:
+    """Store a valid message in one transaction. False when this (run, attempt, seq) was
+    stored before: a resend, to be acknowledged again but not stored twice."""
     seq, kind = message["seq"], message["type"]
     with transaction.atomic():
         try:
             with transaction.atomic():
-                TelemetryBatch.objects.create(run_id=run_id, seq=seq, kind=kind)
+                TelemetryBatch.objects.create(run_id=run_id, attempt=attempt, seq=seq, kind=kind)
         except IntegrityError:
-            if TelemetryBatch.objects.filter(run_id=run_id, seq=seq).exists():
+            if TelemetryBatch.objects.filter(run_id=run_id, attempt=attempt, seq=seq).exists():
                 return False
             raise  # not a duplicate (e.g. the run is gone): let the caller see it
         STORE[kind](run_id, message)
@@ -193,7 +203,9 @@ def _store_metrics(run_id: int, message: dict[str, Any]) -> None:
 
 
 def _store_progress(run_id: int, message: dict[str, Any]) -> None:
-    Run.objects.filter(pk=run_id).update(
+    # Forward only: a late resend, or a resumed attempt redoing iterations after its
+    # checkpoint, must not move the bar back.
+    Run.objects.filter(pk=run_id, progress_step__lte=message["step"]).update(
         progress_step=message["step"], progress_total=message["total"]
     )
 
@@ -201,14 +213,17 @@ def _store_progress(run_id: int, message: dict[str, Any]) -> None:
 def _store_event(run_id: int, message: dict[str, Any]) -> None:
     kind, data = message["kind"], message["data"]
     RunEvent.objects.create(run_id=run_id, kind=kind, message=str(data.get("error", "")), data=data)
+    # The trainer's own word moves the run at once; reconciling with Ray's job status
+    # is the safety net for a trainer that dies without a word.
     if kind == "started":
-        try:
-            transition(run_id, RunState.RUNNING, "the trainer started")
-        except IllegalTransition:  # already running, or finished meanwhile
-            pass
+        try_transition(run_id, RunState.RUNNING, "the trainer started")
     elif kind == "finished":
-        # Only the summary: the final state comes from the Ray job's status (reconcile).
         Run.objects.filter(pk=run_id).update(summary=data["summary"])
+        try_transition(run_id, RunState.SUCCEEDED, "the trainer finished")
+    elif kind == "failed":
+        run = Run.objects.only("cancel_requested_at").get(pk=run_id)
+        if run.cancel_requested_at is None:  # a cancelled trainer dies as it is told
+            try_transition(run_id, RunState.FAILED, str(data.get("error", "the trainer failed")))
 
 
 STORE = {"metrics": _store_metrics, "progress": _store_progress, "event": _store_event}

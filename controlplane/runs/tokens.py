@@ -1,19 +1,36 @@
 """Run tokens: what a trainer presents on its link. A token is signed with the secret
-key and names its run, so it is valid for that run only and needs no storage."""
+key and names its run and attempt, so it is valid for that attempt of that run only
+(a resumed run's earlier job cannot report into it) and needs no storage."""
+
+from dataclasses import dataclass
 
 from django.core import signing
 
 SALT = "armature.run-token"
 
 
-def make_run_token(run_id: int) -> str:
-    return signing.dumps({"run": run_id}, salt=SALT)
+@dataclass(frozen=True)
+class RunTokenClaims:
+    run_id: int
+    attempt: int
 
 
-def run_id_from_token(token: str) -> int | None:
+def make_run_token(run_id: int, attempt: int = 1) -> str:
+    return signing.dumps({"run": run_id, "attempt": attempt}, salt=SALT)
+
+
+def read_run_token(token: str) -> RunTokenClaims | None:
     try:
         data = signing.loads(token, salt=SALT)
     except signing.BadSignature:
         return None
-    run = data.get("run") if isinstance(data, dict) else None
-    return run if isinstance(run, int) else None
+    if not isinstance(data, dict):
+        return None
+    run, attempt = data.get("run"), data.get("attempt", 1)
+    if not (_is_int(run) and _is_int(attempt)):
+        return None
+    return RunTokenClaims(run, attempt)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -7,5 +7,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/logs/", views.run_logs, name="run-logs"),
     path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),
+    path("runs/<int:run_id>/resume/", views.run_resume, name="run-resume"),
+    path("runs/<int:run_id>/files/<path:path>", views.run_file, name="run-file"),
     path("runs/<int:run_id>/diff/<int:other_id>/", views.run_diff, name="run-diff"),
 ]

@@ -1,15 +1,18 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from controlplane.api.roles import has_role
 from controlplane.experiments.services import config_diff
+from controlplane.runs import artifacts
+from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.models import Run, RunState
-from controlplane.runs.services import job_logs
-from controlplane.runs.tasks import cancel_run
+from controlplane.runs.ray_jobs import RayJobsError
+from controlplane.runs.selectors import job_logs
 
 PAGE_SIZE = 25
 LOG_TAIL_LINES = 200
@@ -55,6 +58,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "run": run,
             "events": run.events.all(),
             "can_stop": has_role(request.user, "operator") and not run.is_final,
+            "can_resume": has_role(request.user, "operator") and run.state == RunState.INTERRUPTED,
+            "files": artifacts.list_artifacts(run.pk),
             "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
         },
     )
@@ -65,7 +70,7 @@ def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
         text = job_logs(run)
-    except (ConnectionError, RuntimeError) as error:
+    except RayJobsError as error:
         text = f"(logs unavailable: {error})"
     if request.GET.get("download"):
         response = HttpResponse(text, content_type="text/plain")
@@ -82,9 +87,34 @@ def run_stop(request: HttpRequest, run_id: int) -> HttpResponse:
     if not has_role(request.user, "operator"):
         return HttpResponseForbidden("Stopping runs needs the operator role.")
     if not run.is_final:
-        cancel_run.delay(run.pk)
+        request_cancel(run.pk, f"cancelled by {request.user}")
         messages.info(request, f"Stopping run {run.pk}…")
     return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+@require_POST
+def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    if not has_role(request.user, "operator"):
+        return HttpResponseForbidden("Resuming runs needs the operator role.")
+    try:
+        resume(run.pk, by=request.user)
+    except CannotResume as error:
+        messages.error(request, str(error))
+    else:
+        messages.info(request, f"Run {run.pk} resumes from its last checkpoint.")
+    return redirect("run-detail", run_id=run.pk)
+
+
+@login_required
+def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    try:
+        found = artifacts.artifact_path(run.pk, path)
+    except artifacts.ArtifactNotFound:
+        raise Http404(f"run {run.pk} has no file {path!r}") from None
+    return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
 
 
 @login_required

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 PROTOCOL_VERSION = 1
-EVENT_KINDS = ("started", "iteration", "checkpoint", "finished", "failed")
-EventKind = Literal["started", "iteration", "checkpoint", "finished", "failed"]
+EVENT_KINDS = ("started", "iteration", "checkpoint", "stopped", "finished", "failed")
+EventKind = Literal["started", "iteration", "checkpoint", "stopped", "finished", "failed"]
 
 # Limits the server enforces; the builders below keep within them.
 MAX_VALUES_PER_MESSAGE = 1000

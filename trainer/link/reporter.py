@@ -40,6 +40,12 @@ class RunReporter:
     def on_checkpoint(self, iteration: int, path: Path) -> None:
         self.link.event("checkpoint", {"iteration": iteration, "path": str(path)})
 
+    def stopped(self, iteration: int, signal_name: str) -> None:
+        """Stopped early on request (a signal), with a checkpoint to resume from."""
+        self.link.event(
+            "stopped", {"iteration": iteration, "total": self.total, "signal": signal_name}
+        )
+
     def finished(self, iteration: int) -> None:
         summary = finite_values(self.last_metrics)
         self.link.event(

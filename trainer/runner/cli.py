@@ -7,6 +7,7 @@ its own as ``python -m trainer.runner.cli CONFIG.yaml ...``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -15,10 +16,12 @@ from typing import Any
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.link import Link, RunReporter, link_from_env, report_failure
-from trainer.runner.on_policy_runner import NothingToResumeError, OnPolicyRunner
+from trainer.runner.on_policy_runner import NothingToResumeError, OnPolicyRunner, has_checkpoint
+from trainer.runner.stop_request import StopRequest
 
 EXIT_OK = 0
 EXIT_BAD_CONFIG = 2
+EXIT_STOPPED = 130  # the shell's code for a run ended by a signal
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -30,9 +33,20 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="override config keys, e.g. algorithm.name=grpo runner.iterations=50",
     )
     parser.add_argument(
+        "--output-dir",
+        help="write metrics, checkpoints and the resolved config here (overrides "
+        "runner.output_dir; the control plane gives each run its own folder)",
+    )
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument(
         "--resume",
         action="store_true",
-        help="continue from the latest checkpoint in runner.output_dir",
+        help="continue from the latest checkpoint in the output folder",
+    )
+    resume.add_argument(
+        "--resume-if-any",
+        action="store_true",
+        help="continue from the latest checkpoint if there is one, else start afresh",
     )
     parser.set_defaults(handler=main)
 
@@ -66,14 +80,20 @@ def main(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, link: Link) -> int:
     try:
-        config = load_config(args.config, args.overrides)
+        overrides = list(args.overrides)
+        if args.output_dir:
+            # JSON text is a YAML double-quoted string: any path reads back as itself.
+            overrides.append(f"runner.output_dir={json.dumps(args.output_dir)}")
+        config = load_config(args.config, overrides)
+        resume = args.resume or (args.resume_if_any and has_checkpoint(config))
         reporter = RunReporter(link, config)
-        reporter.started(resume=args.resume)
+        reporter.started(resume=resume)
         runner = OnPolicyRunner(
             config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint
         )
         try:
-            history = runner.learn(resume=args.resume)
+            with StopRequest() as stop:
+                history = runner.learn(resume=resume, should_stop=stop.is_set)
         finally:
             runner.close()
     except ConfigError as error:
@@ -86,6 +106,13 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         print(f"cannot resume: {error}", file=sys.stderr)
         report_failure(link, error)
         return EXIT_BAD_CONFIG
+    if stop.signal_name:
+        reporter.stopped(runner.iteration, stop.signal_name)
+        print(
+            f"stopped by {stop.signal_name} after {runner.iteration}/{config.runner.iterations} "
+            f"iterations; checkpoint saved, continue with --resume; files: {runner.output_dir}"
+        )
+        return EXIT_STOPPED
     reporter.finished(runner.iteration)
     last = history[-1] if history else {}
     success = last.get("rollout/success_rate")

@@ -8,6 +8,7 @@ counts of all ranks before rates are computed. Alone, both are trivial.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -54,9 +55,7 @@ class OnPolicyRunner:
         on_checkpoint: CheckpointCallback | None = None,
     ) -> None:
         self.config = config
-        self.output_dir = Path(
-            output_dir or config.runner.output_dir or Path("var", "runs", config.name)
-        )
+        self.output_dir = Path(output_dir) if output_dir else run_folder(config)
         self.reduce_counts = reduce_counts or (lambda counts: counts)
         self.on_metrics = on_metrics
         self.on_checkpoint = on_checkpoint
@@ -143,8 +142,13 @@ class OnPolicyRunner:
         return metrics
 
     # ----- the loop ----------------------------------------------------------------
-    def learn(self, resume: bool = False) -> list[dict[str, float]]:
-        """Run up to ``runner.iterations``; returns each iteration's metrics."""
+    def learn(
+        self, resume: bool = False, should_stop: Callable[[], bool] | None = None
+    ) -> list[dict[str, float]]:
+        """Run up to ``runner.iterations``; returns each iteration's metrics.
+
+        ``should_stop`` is asked after each iteration; when it says so, the runner saves
+        a checkpoint (to resume from) and returns early."""
         if resume:
             self.restore()
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -159,12 +163,16 @@ class OnPolicyRunner:
             self.metrics_log.append(self.iteration, metrics)
             if self.on_metrics is not None:
                 self.on_metrics(self.iteration, metrics)
-            if self.iteration % self.config.runner.checkpoint_every == 0 or self.iteration == total:
+            stopping = should_stop is not None and should_stop()
+            every = self.config.runner.checkpoint_every
+            if stopping or self.iteration % every == 0 or self.iteration == total:
                 path = self.save()
                 if self.on_checkpoint is not None:
                     self.on_checkpoint(self.iteration, path)
             if progress is not None:
                 progress.update(self.iteration, _summary(metrics))
+            if stopping:
+                break
         return history
 
     def close(self) -> None:
@@ -202,6 +210,19 @@ class OnPolicyRunner:
         torch.set_rng_state(state["torch_rng"])
         self.minibatch_generator.set_state(state["minibatch_rng"])
         return path
+
+
+def run_folder(config: ExperimentConfig) -> Path:
+    """Where a run writes: runner.output_dir, else var/runs/<name> (the name made one
+    safe folder name, so it cannot lead outside var/runs/)."""
+    if config.runner.output_dir:
+        return Path(config.runner.output_dir)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", config.name).strip(".-")
+    return Path("var", "runs", name or "experiment")
+
+
+def has_checkpoint(config: ExperimentConfig) -> bool:
+    return latest_checkpoint(run_folder(config) / "checkpoints") is not None
 
 
 def _summary(metrics: dict[str, float]) -> str:

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from controlplane.experiments.services import create_experiment
-from controlplane.runs import ray_jobs, services
+from controlplane.runs import ray_jobs, reconcile, selectors, submission
 from controlplane.runs.models import Run, RunState
 from tests.processes import wait_until
 
@@ -56,7 +56,7 @@ def test_a_run_launched_over_the_api_succeeds(live):
     run = wait_for_state(created.json()["id"], {"succeeded", "failed"})
     assert run.state == RunState.SUCCEEDED, run.exit_reason
     assert run.ray_job_id == run.submission_id
-    assert "finished 3/3 iterations" in services.job_logs(run)
+    assert "finished 3/3 iterations" in selectors.job_logs(run)
     kinds = list(run.events.values_list("kind", flat=True))
     assert kinds[:3] == ["launched", "state", "submitted"]
     assert len(jobs_for(run)) == 1
@@ -95,8 +95,8 @@ def test_submitting_twice_adopts_the_existing_job(live):
     run_id = api.post(
         "/api/v1/runs", {"experiment": "demo", "overrides": ["runner.iterations=2"]}, format="json"
     ).json()["id"]
-    services.submit(run_id)
-    services.submit(run_id)  # a retried task
+    submission.submit(run_id)
+    submission.submit(run_id)  # a retried task
     run = Run.objects.get(pk=run_id)
     assert len(jobs_for(run)) == 1
     assert list(
@@ -117,8 +117,8 @@ def test_a_job_that_dies_without_reporting_fails_with_its_last_log_lines(live, s
     dying.chmod(0o755)
     settings.ARMATURE_TRAINER_PYTHON = str(dying)
     run_id = api.post("/api/v1/runs", {"experiment": "demo"}, format="json").json()["id"]
-    services.submit(run_id)
-    wait_until(lambda: services.reconcile(run_id).is_final, 120, "the job to end", poll_s=0.5)
+    submission.submit(run_id)
+    wait_until(lambda: reconcile.reconcile(run_id).is_final, 120, "the job to end", poll_s=0.5)
     run = Run.objects.get(pk=run_id)
     assert run.state == RunState.FAILED
     assert "Segmentation fault" in run.exit_reason

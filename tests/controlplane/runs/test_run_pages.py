@@ -9,8 +9,8 @@ from django.contrib.auth.models import Group
 from controlplane.experiments.models import Experiment
 from controlplane.experiments.services import create_experiment
 from controlplane.inventory.services import import_cluster_yaml
+from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run
-from controlplane.runs.services import launch_run
 
 pytestmark = pytest.mark.django_db
 

@@ -218,21 +218,59 @@ async def test_progress_updates_the_run_and_the_runs_list(run):
     await socket.disconnect()
 
 
-async def test_finished_stores_the_summary_but_leaves_the_state_to_ray():
+async def test_finished_stores_the_summary_and_ends_the_run_at_once():
     running = await database_sync_to_async(make_run)(RunState.RUNNING)
     socket = await connected(running)
     summary = {"rollout/success_rate": 0.875, "losses/value_loss": 0.01}
     message = event(1, "finished", iteration=60, total=60, summary=summary)
     assert await exchange(socket, message) == {"type": "ack", "seq": 1}
     stored = await reload(running)
-    assert stored.summary == summary and stored.state == RunState.RUNNING
+    assert stored.summary == summary
+    assert stored.state == RunState.SUCCEEDED and stored.exit_reason == "the trainer finished"
     await socket.disconnect()
 
 
-async def test_failed_and_checkpoint_events_join_the_timeline(run):
+async def test_failed_and_checkpoint_events_join_the_timeline_and_fail_the_run(run):
     socket = await connected(run)
     await exchange(socket, event(1, "checkpoint", iteration=20, path="/x/iter_000020.pt"))
     await exchange(socket, event(2, "failed", error="RuntimeError: boom", traceback="..."))
     timeline = await rows(RunEvent, run, "kind", "message")
-    assert timeline[-2:] == [("checkpoint", ""), ("failed", "RuntimeError: boom")]
+    assert ("checkpoint", "") in timeline and ("failed", "RuntimeError: boom") in timeline
+    stored = await reload(run)
+    assert stored.state == RunState.FAILED and stored.exit_reason == "RuntimeError: boom"
     await socket.disconnect()
+
+
+async def test_a_cancelled_trainer_dying_does_not_turn_the_cancel_into_a_failure(run):
+    await database_sync_to_async(Run.objects.filter(pk=run.pk).update)(
+        cancel_requested_at=run.created_at
+    )
+    socket = await connected(run)
+    await exchange(socket, event(1, "failed", error="KeyboardInterrupt"))
+    assert (await reload(run)).state == RunState.SUBMITTING  # the cancel decides
+    await socket.disconnect()
+
+
+async def test_progress_only_moves_forward(run):
+    socket = await connected(run)
+    for seq, step in enumerate([3, 5, 4, 2], start=1):
+        await exchange(socket, {"v": 1, "type": "progress", "seq": seq, "step": step, "total": 9})
+    assert (await reload(run)).progress_step == 5
+    await socket.disconnect()
+
+
+async def test_a_resumed_run_stores_its_new_attempts_seqs_and_refuses_the_old_token(run):
+    old = await connected(run)
+    await exchange(old, event(1, "checkpoint", iteration=1, path="a"))
+    await old.disconnect()
+    await database_sync_to_async(Run.objects.filter(pk=run.pk).update)(attempt=2)
+    ok, code = await link(run.pk, make_run_token(run.pk, 1)).connect()
+    assert not ok and code == CLOSE_FORBIDDEN
+    new = link(run.pk, make_run_token(run.pk, 2))
+    assert (await new.connect())[0]
+    assert await exchange(new, event(1, "checkpoint", iteration=2, path="b")) == {
+        "type": "ack", "seq": 1,
+    }  # fmt: skip
+    stored = await rows(TelemetryBatch, run, "attempt", "seq")
+    assert sorted(stored) == [(1, 1), (2, 1)]
+    await new.disconnect()

@@ -186,3 +186,65 @@ def test_the_output_dir_defaults_to_var_runs_and_the_name(tmp_path, monkeypatch)
     runner = OnPolicyRunner(config)
     assert runner.output_dir == Path("var/runs/reach-demo")
     assert not (tmp_path / "var").exists()  # nothing is written before learn()
+
+
+def test_output_dir_wins_over_the_config_and_the_name_cannot_leave_var_runs(tmp_path):
+    target = tmp_path / "run 7: artifacts"  # a space, a colon: read back as written
+    status = run(
+        [
+            str(REPO / "examples" / "builtin_ppo.yaml"), *SMALL, "runner.iterations=1",
+            f"runner.output_dir={tmp_path / 'elsewhere'}", "--output-dir", str(target),
+        ]
+    )  # fmt: skip
+    assert status == 0
+    assert (target / "metrics.jsonl").exists() and (target / "checkpoints").is_dir()
+    assert not (tmp_path / "elsewhere").exists()
+    written = load_config(target / "config.yaml")
+    assert written.runner.output_dir == str(target)
+
+    from trainer.runner.on_policy_runner import run_folder
+
+    escaping = load_config(None, ["name=../../etc/x y"])
+    assert run_folder(escaping) == Path("var", "runs", "etc-x-y")
+
+
+def test_resume_if_any_starts_afresh_then_continues(tmp_path, capsys):
+    config = [str(REPO / "examples" / "builtin_ppo.yaml"), *SMALL]
+    flags = ["--output-dir", str(tmp_path), "--resume-if-any"]
+    assert run([*config, "runner.iterations=2", *flags]) == 0
+    assert run([*config, "runner.iterations=3", *flags]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in lines] == [1, 2, 3]
+
+
+def test_sigterm_stops_after_the_iteration_with_a_checkpoint_to_resume_from(tmp_path):
+    """What Ray's stop (and Ctrl-C) does to a run: it ends between iterations, saves,
+    and exits 130; --resume then continues from there."""
+    import signal
+    import time
+
+    command = [
+        sys.executable, "-m", "trainer", "run", str(REPO / "examples" / "builtin_ppo.yaml"),
+        *SMALL, "runner.iterations=100000", "runner.checkpoint_every=100000",
+        "--output-dir", str(tmp_path),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, out
+    assert "stopped by SIGTERM" in out
+    done = len(metrics.read_text().splitlines())
+    checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*.pt"))
+    assert checkpoints == [f"iter_{done:06d}.pt"]
+    config = load_config(
+        REPO / "examples" / "builtin_ppo.yaml",
+        [*SMALL, f"runner.output_dir={tmp_path}", f"runner.iterations={done + 1}"],
+    )
+    runner = OnPolicyRunner(config)
+    runner.learn(resume=True)
+    assert runner.iteration == done + 1

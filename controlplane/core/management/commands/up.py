@@ -21,6 +21,7 @@ from controlplane.core.stack import (
     web_command,
     worker_command,
 )
+from controlplane.runs.interruption import interrupt_active_runs
 
 # Ray puts unix sockets under its temp dir; their paths must stay under 107 bytes.
 MAX_RAY_TEMP_DIR_LEN = 60
@@ -32,6 +33,37 @@ def ray_temp_dir() -> Path:
         return preferred
     digest = hashlib.sha1(str(preferred).encode()).hexdigest()[:10]
     return Path(tempfile.gettempdir()) / f"armature-ray-{digest}"
+
+
+# How long Ctrl-C waits for runs' jobs to stop cleanly (a trainer finishes its iteration
+# and saves a checkpoint) before the Ray head goes down with whatever is left.
+INTERRUPT_WAIT_S = 30.0
+
+
+class StackManager(Manager):
+    """Honcho's manager, which first interrupts the runs on the Ray head it owns: the
+    head is about to stop, and its jobs with it (docs/runs.md, "Stopping the app")."""
+
+    def __init__(self, owns_ray_head: bool) -> None:
+        super().__init__()
+        self.owns_ray_head = owns_ray_head
+        self._interrupted = False
+
+    def terminate(self) -> None:
+        if self.owns_ray_head and not self._interrupted:
+            self._interrupted = True  # a second Ctrl-C goes straight on
+            self._system_print("stopping active runs (they can be resumed)\n")
+            try:
+                stopped = interrupt_active_runs(
+                    "the control plane was stopped (Ctrl-C); resume to continue",
+                    INTERRUPT_WAIT_S,
+                )
+            except Exception as error:  # shutting down must go on whatever happens
+                self._system_print(f"could not interrupt runs: {error}\n")
+            else:
+                if stopped:
+                    self._system_print(f"interrupted runs: {stopped}\n")
+        super().terminate()
 
 
 class Command(BaseCommand):
@@ -49,8 +81,8 @@ class Command(BaseCommand):
         seed_demo(owner=None)
 
         env = {"ARMATURE_WEB_URL": f"http://127.0.0.1:{port}"}
-        manager = Manager()
         ray_address = os.environ.get("RAY_ADDRESS")
+        manager = StackManager(owns_ray_head=not ray_address)
         if not ray_address:
             ports = RayHeadPorts(
                 gcs=int(os.environ.get("ARMATURE_RAY_PORT", "6390")),
@@ -65,6 +97,8 @@ class Command(BaseCommand):
                 env={**os.environ, **RAY_HEAD_ENV},
             )
         env["RAY_ADDRESS"] = ray_address
+        settings.RAY_ADDRESS = ray_address  # this process stops the runs at Ctrl-C
+        settings.ARMATURE_WEB_URL = env["ARMATURE_WEB_URL"]  # and tells browsers so
         child_env = {**os.environ, **env}
         manager.add_process("web", shlex.join(web_command(host, port)), env=child_env)
         manager.add_process(

@@ -1,0 +1,78 @@
+"""Runs cut short by the control plane itself, and resuming them.
+
+When `./armature up` stops (Ctrl-C) it owns the local Ray head, and every job on it is
+about to die: it stops them cleanly first (the trainer saves a checkpoint on SIGTERM),
+waits for Ray to confirm, and marks those runs interrupted. An interrupted run resumes
+as a new attempt of the same run, in the same artifact folder, from its last
+checkpoint. (With RAY_ADDRESS pointing at a cluster, stopping the control plane leaves
+runs alone: they keep running and reconciliation picks them up at the next start.)
+"""
+
+import logging
+import time
+
+from django.db import transaction
+
+from controlplane.runs import dispatch, ray_jobs
+from controlplane.runs.models import Run, RunEvent, RunState
+from controlplane.runs.state import transition, try_transition
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5
+
+
+class CannotResume(Exception):
+    pass
+
+
+def interrupt_active_runs(reason: str, wait_s: float = 30.0) -> list[int]:
+    """Stop the jobs of submitted and running runs, wait up to `wait_s` for Ray to
+    confirm, and mark those runs interrupted. Returns their ids."""
+    runs = list(Run.objects.filter(state__in=[RunState.SUBMITTING, RunState.RUNNING]))
+    for run in runs:
+        try:
+            ray_jobs.stop(run.submission_id)
+        except ray_jobs.RayJobsError as error:
+            log.warning("run %s: could not stop job %s: %s", run.pk, run.submission_id, error)
+    ended = _wait_for_jobs_to_end(runs, wait_s)
+    for run in runs:
+        try_transition(run.pk, RunState.INTERRUPTED, reason, job_ended=run.pk in ended)
+    return [run.pk for run in runs]
+
+
+def _wait_for_jobs_to_end(runs: list[Run], wait_s: float) -> set[int]:
+    deadline = time.monotonic() + wait_s
+    ended: set[int] = set()
+    while True:
+        for run in runs:
+            if run.pk in ended:
+                continue
+            try:
+                if ray_jobs.state(run.submission_id).ended:
+                    ended.add(run.pk)
+            except ray_jobs.RayUnavailable:
+                ended.add(run.pk)  # the head is gone: so are its jobs
+        if len(ended) == len(runs) or time.monotonic() > deadline:
+            return ended
+        time.sleep(POLL_S)
+
+
+def resume(run_id: int, by: object = None) -> Run:
+    """Queue an interrupted run again as its next attempt. Raises CannotResume."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.state != RunState.INTERRUPTED:
+            raise CannotResume(f"run {run.pk} is {run.state}: only interrupted runs resume")
+        if not run.job_ended:
+            raise CannotResume(
+                f"the job of run {run.pk}'s attempt {run.attempt} has not ended yet; "
+                "try again in a few seconds"
+            )
+        run = transition(
+            run.pk, RunState.QUEUED, f"resumed by {by}" if by else "resumed",
+            attempt=run.attempt + 1, cancel_requested_at=None,
+        )  # fmt: skip
+        RunEvent.objects.create(run=run, kind="resumed", data={"attempt": run.attempt})
+        dispatch.submit_later(run.pk)
+    return run

@@ -1,0 +1,57 @@
+"""Launching a run: freeze its config and queue it for submission."""
+
+from django.db import IntegrityError, transaction
+
+from controlplane.experiments.models import Experiment, Revision
+from controlplane.inventory.models import Cluster
+from controlplane.inventory.services import cluster_section
+from controlplane.runs import dispatch
+from controlplane.runs.models import Run, RunEvent
+from trainer.config.loading import apply_override, dump_config, parse_yaml, validate_config
+
+
+def freeze_config(revision: Revision, overrides: list[str], cluster: Cluster | None) -> str:
+    """The config the trainer will run: the revision, the overrides, the cluster section;
+    validated and written out with every default. Raises ConfigError."""
+    data = parse_yaml(revision.config_yaml) or {}
+    for override in overrides:
+        apply_override(data, override)
+    if cluster is not None:
+        data["cluster"] = cluster_section(cluster)
+    return dump_config(validate_config(data))
+
+
+def launch_run(
+    experiment: Experiment,
+    *,
+    user,
+    revision: Revision | None = None,
+    cluster: Cluster | None = None,
+    overrides: list[str] | None = None,
+    idempotency_key: str | None = None,
+    timeout_s: int | None = None,
+) -> tuple[Run, bool]:
+    """Create a queued run and hand it to a worker for submission.
+
+    Returns (run, created); with an idempotency key already used by this user, the
+    existing run comes back and nothing new starts."""
+    if idempotency_key:
+        existing = Run.objects.filter(created_by=user, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return existing, False
+    revision = revision or experiment.latest_revision
+    overrides = list(overrides or [])
+    config_yaml = freeze_config(revision, overrides, cluster)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                experiment=experiment, revision=revision, cluster=cluster, overrides=overrides,
+                config_yaml=config_yaml, created_by=user, idempotency_key=idempotency_key,
+                timeout_s=timeout_s,
+                progress_total=validate_config(parse_yaml(config_yaml)).runner.iterations,
+            )  # fmt: skip
+            RunEvent.objects.create(run=run, kind="launched", message=f"by {user}")
+            dispatch.submit_later(run.pk)
+    except IntegrityError:  # the same key raced in from a second request
+        return Run.objects.get(created_by=user, idempotency_key=idempotency_key), False
+    return run, True

@@ -1,0 +1,91 @@
+"""Submitting a run's Ray job, once per attempt whatever the number of calls.
+
+The row lock orders a submission against a cancel: the run is marked as having a job
+(`job_ended=False`) before Ray is asked, and re-read after; a cancel that arrived in
+between stops the job that was just created, so no job runs for a cancelled run.
+"""
+
+import shlex
+import sys
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from controlplane.runs import ray_jobs
+from controlplane.runs.artifacts import run_artifact_dir
+from controlplane.runs.models import Run, RunEvent, RunState, TelemetryBatch
+from controlplane.runs.state import transition
+from controlplane.runs.tokens import make_run_token
+
+TRAINER_DIR = Path(__file__).resolve().parents[2] / "trainer"
+STOP_GRACE_S = 20
+
+
+def submit(run_id: int) -> Run:
+    """Submit the run's current attempt as a Ray job (adopting it if it exists)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if not run.is_active or run.cancel_requested_at is not None:
+            return run
+        if run.state == RunState.QUEUED:
+            run = transition(run.pk, RunState.SUBMITTING)
+        Run.objects.filter(pk=run.pk).update(job_ended=False)
+    started = ray_jobs.submit(
+        run.submission_id,
+        entrypoint=entrypoint(run),
+        runtime_env=runtime_env(run),
+        metadata={"armature_run": str(run.pk), "attempt": str(run.attempt),
+                  "experiment": run.experiment.name},
+    )  # fmt: skip
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        Run.objects.filter(pk=run.pk).update(ray_job_id=run.submission_id, job_ended=False)
+        RunEvent.objects.create(
+            run=run, kind="submitted" if started else "adopted",
+            data={"job": run.submission_id, "attempt": run.attempt},
+        )  # fmt: skip
+        cancelled_meanwhile = not run.is_active or run.cancel_requested_at is not None
+    if cancelled_meanwhile:
+        ray_jobs.stop(run.submission_id)
+    return Run.objects.get(pk=run_id)
+
+
+def submit_again(run_id: int) -> Run:
+    """Submit a run whose job Ray lost. If that attempt already reported, the new job is
+    a new attempt (fresh sequence numbers and token); else the same one, so a first
+    submission that shows up late is adopted, not doubled."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if TelemetryBatch.objects.filter(run=run, attempt=run.attempt).exists():
+            Run.objects.filter(pk=run.pk).update(attempt=run.attempt + 1)
+    return submit(run_id)
+
+
+def entrypoint(run: Run) -> str:
+    python = settings.ARMATURE_TRAINER_PYTHON or sys.executable
+    command = [python, "-m", "trainer", "run", "config.yaml",
+               "--output-dir", str(run_artifact_dir(run.pk).resolve())]  # fmt: skip
+    if run.attempt > 1:  # a later attempt continues from the run's last checkpoint
+        command.append("--resume-if-any")
+    return shlex.join(command)
+
+
+def runtime_env(run: Run) -> dict:
+    """The job's files and environment: its frozen config, the trainer code, and what
+    the trainer needs to report back (the control plane's URL and the attempt's token)."""
+    job_dir = settings.VAR_DIR / "jobs" / str(run.pk)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "config.yaml").write_text(run.config_yaml)
+    return {
+        "working_dir": str(job_dir),
+        "py_modules": [str(TRAINER_DIR)],
+        "env_vars": {
+            "ARMATURE_URL": settings.ARMATURE_WEB_URL,
+            "ARMATURE_RUN_ID": str(run.pk),
+            "ARMATURE_RUN_TOKEN": make_run_token(run.pk, run.attempt),
+            # Between Ray's SIGTERM and its SIGKILL when the job is stopped: time for the
+            # trainer to finish its iteration and save a checkpoint to resume from.
+            "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
+        },
+    }
