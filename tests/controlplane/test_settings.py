@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -90,3 +91,14 @@ def test_it_reads_secret_debug_hosts_and_ray_address(tmp_path):
 def test_it_names_a_bad_boolean(tmp_path):
     with pytest.raises(RuntimeError, match=r"DEBUG='maybe' is not a boolean"):
         load_settings(tmp_path, DEBUG="maybe")
+
+
+def test_artifacts_dir_takes_a_path_or_a_file_uri_and_names_what_it_cannot_use(tmp_path):
+    from controlplane.env import artifacts_dir
+
+    default = tmp_path / "var" / "artifacts"
+    assert artifacts_dir("", default) == default
+    assert artifacts_dir("/mnt/nfs/armature", default) == Path("/mnt/nfs/armature")
+    assert artifacts_dir("file:///mnt/nfs/my%20runs", default) == Path("/mnt/nfs/my runs")
+    with pytest.raises(ValueError, match="mount an object store"):
+        artifacts_dir("s3://bucket/runs", default)

@@ -78,3 +78,94 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
     wait_until(
         lambda: not pids_with_env("ARMATURE_VAR_DIR", str(var_dir)), 30, "every process to exit"
     )
+
+
+def start_up(var_dir, port: int, env: dict, log_path) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "up", "--port", str(port)],
+            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def run_row(var_dir, run_id: int) -> dict:
+    with sqlite3.connect(var_dir / "armature.sqlite3") as db:
+        db.row_factory = sqlite3.Row
+        row = db.execute("select * from runs_run where id = ?", (run_id,)).fetchone()
+        return dict(row) if row else {}
+
+
+def metrics_lines(var_dir, run_id: int) -> list[dict]:
+    path = var_dir / "artifacts" / f"run-{run_id}" / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after_restart(
+    tmp_path,
+):
+    from tests.web_session import WebSession
+
+    var_dir = tmp_path / "var"
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE",
+                     "ARMATURE_ADMIN_PASSWORD"}
+    }  # fmt: skip
+    env.update(
+        ARMATURE_VAR_DIR=str(var_dir),
+        ARMATURE_RAY_PORT=str(free_port()),
+        ARMATURE_RAY_DASHBOARD_PORT=str(free_port()),
+    )
+    url = f"http://127.0.0.1:{port}"
+    up = start_up(var_dir, port, env, tmp_path / "up.log")
+    try:
+        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 150, "the stack", 2)
+        web = WebSession(url)
+        web.login("admin", (var_dir / "admin_password").read_text().strip())
+        status, run = web.api("POST", "runs", {"experiment": "demo-builtin-ppo"})
+        assert status == 201, run
+        run_id = run["id"]
+        wait_until(lambda: len(metrics_lines(var_dir, run_id)) >= 2, 120, "two iterations", 0.5)
+        assert run_row(var_dir, run_id)["state"] == "running"
+    finally:
+        up.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        up.wait(90)
+    wait_until(
+        lambda: not pids_with_env("ARMATURE_VAR_DIR", str(var_dir)), 30, "every process to exit"
+    )
+    interrupted = run_row(var_dir, run_id)
+    assert interrupted["state"] == "interrupted", interrupted
+    assert "Ctrl-C" in interrupted["exit_reason"]
+    done = len(metrics_lines(var_dir, run_id))
+    checkpoints = var_dir / "artifacts" / f"run-{run_id}" / "checkpoints"
+    assert (checkpoints / f"iter_{done:06d}.pt").exists()  # saved on the way out
+
+    up = start_up(var_dir, port, env, tmp_path / "up-again.log")
+    try:
+        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 150, "the stack", 2)
+        web = WebSession(url)
+        web.login("admin", (var_dir / "admin_password").read_text().strip())
+        status, resumed = web.api("POST", f"runs/{run_id}/resume")
+        assert status == 202, resumed
+        assert resumed["attempt"] == 2
+        wait_until(lambda: run_row(var_dir, run_id)["state"] == "succeeded", 240, "the run", 1)
+        iterations = [line["iteration"] for line in metrics_lines(var_dir, run_id)]
+        assert iterations == list(range(1, 61))  # continued from the checkpoint, no gap
+        with sqlite3.connect(var_dir / "armature.sqlite3") as db:
+            attempts = db.execute(
+                "select distinct attempt from runs_telemetrybatch where run_id = ?", (run_id,)
+            ).fetchall()
+            stopped = db.execute(
+                "select count(*) from runs_runevent where run_id = ? and kind = 'stopped'",
+                (run_id,),
+            ).fetchone()
+        assert sorted(attempts) == [(1,), (2,)] and stopped == (1,)
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(90)
+    wait_until(
+        lambda: not pids_with_env("ARMATURE_VAR_DIR", str(var_dir)), 30, "every process to exit"
+    )

@@ -2,6 +2,7 @@
 running `python -m trainer run`, and reconciliation follows it to the end; cancelling
 stops the job; a worker killed mid-submission leaves exactly one job."""
 
+import json
 import os
 import signal
 
@@ -12,7 +13,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from controlplane.experiments.services import create_experiment
-from controlplane.runs import ray_jobs, reconcile, selectors, submission
+from controlplane.runs import artifacts, ray_jobs, reconcile, selectors, submission
 from controlplane.runs.models import Run, RunState
 from tests.processes import wait_until
 
@@ -123,3 +124,27 @@ def test_a_job_that_dies_without_reporting_fails_with_its_last_log_lines(live, s
     assert run.state == RunState.FAILED
     assert "Segmentation fault" in run.exit_reason
     assert "loading the policy" in run.exit_reason
+
+
+def test_two_runs_of_the_same_config_keep_separate_complete_outputs(live):
+    stack, api = live
+    body = {"experiment": "demo", "overrides": ["runner.iterations=3"]}
+    run_ids = [api.post("/api/v1/runs", body, format="json").json()["id"] for _ in range(2)]
+    runs = [wait_for_state(run_id, {"succeeded", "failed"}, 240) for run_id in run_ids]
+    assert [run.config_yaml for run in runs][0] == runs[1].config_yaml  # byte-identical
+    for run in runs:
+        assert run.state == RunState.SUCCEEDED, run.exit_reason
+        folder = artifacts.run_artifact_dir(run.pk)
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+        assert (folder / "checkpoints" / "iter_000003.pt").is_file()
+        assert f"checkpoints: {folder.resolve()}/checkpoints" in selectors.job_logs(run)
+
+        listed = api.get(f"/api/v1/runs/{run.pk}/artifacts").json()
+        assert {f["path"]: f["size"] for f in listed} == {
+            path: (folder / path).stat().st_size
+            for path in ("checkpoints/iter_000003.pt", "config.yaml", "metrics.jsonl")
+        }
+        download = api.get(f"/api/v1/runs/{run.pk}/artifacts/metrics.jsonl")
+        assert b"".join(download.streaming_content) == (folder / "metrics.jsonl").read_bytes()
+        assert api.get(f"/api/v1/runs/{run.pk}/artifacts/../../secret_key").status_code == 404

@@ -95,3 +95,41 @@ def test_viewers_see_but_cannot_change(client):
     assert "Launching needs the operator role." in page
     assert client.post("/experiments/demo/launch/", {}).status_code == 403
     assert client.post("/experiments/", {"name": "x", "config_yaml": CONFIG}).status_code == 403
+
+
+def test_the_run_page_lists_the_runs_files_and_serves_them(client):
+    from controlplane.runs.artifacts import run_artifact_dir
+
+    viewer = get_user_model().objects.create_user("vera")
+    client.force_login(viewer)
+    run, _ = launch_run(create_experiment("files", CONFIG), user=viewer)
+    folder = run_artifact_dir(run.pk)
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "iter_000020.pt").write_bytes(b"\0" * 2048)
+    (folder / "metrics.jsonl").write_text('{"iteration": 1}\n')
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    files = page[page.index('id="run-files"') :]
+    assert files.index("checkpoints/iter_000020.pt") < files.index("metrics.jsonl")
+    assert 'data-bytes="2048">2.0\xa0KB' in files
+    download = client.get(f"/runs/{run.pk}/files/metrics.jsonl")
+    assert b"".join(download.streaming_content) == b'{"iteration": 1}\n'
+    assert 'filename="metrics.jsonl"' in download["Content-Disposition"]
+    assert client.get(f"/runs/{run.pk}/files/../run-{run.pk + 1}/x").status_code == 404
+    assert client.get(f"/runs/{run.pk}/files/checkpoints").status_code == 404  # a folder
+
+
+def test_only_an_operator_resumes_an_interrupted_run_and_only_once(operator, client):
+    from controlplane.runs.models import RunState
+    from controlplane.runs.state import transition
+
+    run, _ = launch_run(create_experiment("resumable", CONFIG), user=operator.user)
+    transition(run.pk, RunState.SUBMITTING)
+    transition(run.pk, RunState.INTERRUPTED, "the control plane was stopped")
+    page = operator.get(f"/runs/{run.pk}/").content.decode()
+    assert f'action="/runs/{run.pk}/resume/"' in page
+    assert operator.post(f"/runs/{run.pk}/resume/").status_code == 302
+    resumed = Run.objects.get(pk=run.pk)
+    assert resumed.state == RunState.QUEUED and resumed.attempt == 2
+    assert resumed.submission_id == f"armature-run-{run.pk}-a2"
+    again = operator.post(f"/runs/{run.pk}/resume/", follow=True).content.decode()
+    assert "only interrupted runs resume" in again

@@ -94,7 +94,13 @@ class Command(BaseCommand):
             manager.add_process(
                 "ray",
                 shlex.join(ray_head_command(temp_dir, ports)),
-                env={**os.environ, **RAY_HEAD_ENV},
+                # Ray can only stop a job once it has placed it: it fails the ones it
+                # cannot place when the control plane gives up on them too.
+                env={
+                    **os.environ,
+                    **RAY_HEAD_ENV,
+                    "RAY_JOB_START_TIMEOUT_SECONDS": str(int(settings.ARMATURE_PENDING_TIMEOUT_S)),
+                },  # fmt: skip
             )
         env["RAY_ADDRESS"] = ray_address
         settings.RAY_ADDRESS = ray_address  # this process stops the runs at Ctrl-C
