@@ -15,12 +15,13 @@ def web_command(host: str, port: int) -> list[str]:
 
 
 def worker_command(beat_schedule: Path, concurrency: int = 4) -> list[str]:
-    # Threads, not prefork: tasks mostly wait on Ray and the database, and a thread
-    # pool keeps the health-check round trip answered while a long task runs. The
-    # embedded beat runs the periodic run reconciliation (one worker per deployment).
+    # Prefork: the tasks' soft and hard time limits (runs/tasks.py) are enforced only
+    # by a pool of processes. Several children keep the health-check round trip
+    # answered while a long task runs. The embedded beat runs the periodic run
+    # reconciliation (one worker per deployment).
     return [
         str(BIN / "celery"), "-A", "controlplane", "worker",
-        "--pool", "threads", "--concurrency", str(concurrency),
+        "--pool", "prefork", "--concurrency", str(concurrency),
         "--loglevel", "INFO", "--without-gossip", "--without-mingle",
         "--beat", "--schedule", str(beat_schedule),
     ]  # fmt: skip

@@ -1,9 +1,9 @@
 """Celery tasks for runs: thin wrappers over the runs services, safe to retry.
 
-Each remote call inside has its own deadline (RAY_REQUEST_TIMEOUT_S), so a task is
-bounded even in the thread pool, which cannot enforce time limits; the limits below
-apply under the prefork pool. Retries fire on what really happens when Ray is away:
-ray_jobs.RayUnavailable (connection refused, timeout, 5xx).
+Every task has soft and hard time limits (the worker's prefork pool enforces them), and
+each remote call inside has its own deadline (RAY_REQUEST_TIMEOUT_S) well within them.
+Retries fire on what really happens when Ray is away: ray_jobs.RayUnavailable
+(connection refused, timeout, 5xx), not the builtin ConnectionError.
 """
 
 from celery import shared_task
