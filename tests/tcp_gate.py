@@ -29,6 +29,12 @@ class TcpGate:
         """Refuse new connections and cut the open ones."""
         listener, self._listener = self._listener, None
         if listener is not None:
+            # shutdown wakes the thread blocked in accept(); close alone would leave the
+            # kernel socket listening until that call returns.
+            try:
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             listener.close()
         with self._lock:
             for connection in self._connections:

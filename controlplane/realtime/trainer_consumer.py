@@ -55,12 +55,13 @@ class TrainerConsumer(AsyncWebsocketConsumer):
         await self.accept()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if text_data is None:
-            await self._reply({"type": "error", "seq": None, "error": "send text frames"})
-            return
         try:
+            if text_data is None:
+                raise telemetry.InvalidMessage("send text frames")
             message = telemetry.parse_message(text_data)
         except telemetry.InvalidMessage as invalid:
+            log.info("run %s: refused a message: %s", self.run_id, invalid.error)
+            await database_sync_to_async(telemetry.count_rejected)(self.run_id)
             await self._reply({"type": "error", "seq": invalid.seq, "error": invalid.error})
             return
         try:

@@ -49,6 +49,8 @@ class Run(models.Model):
     # following (and, for a finished run, stopping) it until Ray says it ended.
     job_ended = models.BooleanField(default=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Link messages the protocol refused (malformed): each got an error frame.
+    link_rejected = models.PositiveIntegerField(default=0)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

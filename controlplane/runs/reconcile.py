@@ -15,6 +15,7 @@ from django.utils import timezone
 from controlplane.runs import ray_jobs
 from controlplane.runs.cancellation import enforce_cancel
 from controlplane.runs.models import ACTIVE_STATES, Run, RunState
+from controlplane.runs.spool_ingest import has_spool, ingest_spools
 from controlplane.runs.state import try_transition
 from controlplane.runs.submission import submit, submit_again
 
@@ -50,6 +51,9 @@ def reconcile(run_id: int) -> Run:
     if not run.is_active and run.job_ended:
         return run
     job = ray_jobs.state(run.submission_id)
+    if job.ended and has_spool(run.pk):
+        ingest_spools(run)  # the trainer's own last words first
+        run = Run.objects.get(pk=run.pk)
     if not run.is_active:  # over, or interrupted: its job must end too
         if job.ended:
             Run.objects.filter(pk=run.pk).update(job_ended=True)

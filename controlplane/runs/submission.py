@@ -84,6 +84,7 @@ def runtime_env(run: Run) -> dict:
             "ARMATURE_URL": settings.ARMATURE_WEB_URL,
             "ARMATURE_RUN_ID": str(run.pk),
             "ARMATURE_RUN_TOKEN": make_run_token(run.pk, run.attempt),
+            "ARMATURE_RUN_ATTEMPT": str(run.attempt),
             # Between Ray's SIGTERM and its SIGKILL when the job is stopped: time for the
             # trainer to finish its iteration and save a checkpoint to resume from.
             "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),

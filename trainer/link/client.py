@@ -1,9 +1,12 @@
 """The trainer's side of the link: a WebSocket to the control plane, run by a background
 thread, so that training never waits on the network.
 
-Sends are queue puts. Each message gets the next sequence number and stays in memory
-until the server acknowledges it; after a reconnect every unacknowledged message is sent
-again (the server stores each (run, seq) once, so a resend is harmless).
+Sends are queue puts. Each message gets the next sequence number, is written to the
+spool (once the run's folder is known, `use_spool`) and stays pending until the server
+acknowledges it; after a reconnect every unacknowledged message is sent again, in order
+(the server stores each (run, attempt, seq) once, so a resend is harmless). Memory holds
+at most `max_pending` payloads: older unacknowledged ones are read back from the spool,
+never dropped. Without a spool (no run folder) the oldest are dropped past that bound.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from trainer.link.protocol import (
     metric_chunks,
     parse_reply,
 )
+from trainer.link.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,9 @@ OPEN_TIMEOUT_S = 5.0
 # How long the sender waits for a reply before looking for new messages to send.
 POLL_S = 0.05
 DEFAULT_FLUSH_TIMEOUT_S = 10.0
+# How often the acknowledged-through mark is written to the spool (a stale mark only
+# makes the control plane skip duplicates when it ingests the spool).
+ACK_MARK_INTERVAL_S = 0.5
 
 
 def websocket_url(base_url: str, run_id: int) -> str:
@@ -62,7 +69,12 @@ class TrainerLink:
         flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
         max_pending: int = MAX_PENDING,
         max_backoff_s: float = MAX_BACKOFF_S,
+        spool: Spool | None = None,
     ) -> None:
+        """`spool`: where every message is kept until acknowledged (the run's
+        link-spool/). One an earlier process of this attempt left there is continued:
+        its unacknowledged messages are sent first, and numbering goes on after its
+        last one, so no sequence number is used twice."""
         self.endpoint = websocket_url(url, run_id)
         self.flush_timeout_s = flush_timeout_s
         self.max_pending = max_pending
@@ -70,12 +82,22 @@ class TrainerLink:
         self._headers = {"Authorization": f"Bearer {token}"}
         self._lock = threading.Lock()
         self._acked_all = threading.Condition(self._lock)
-        self._pending: dict[int, str] = {}  # seq → payload; insertion order is seq order
+        # seq → payload, or None for a payload kept only in the spool; insertion order
+        # is seq order.
+        self._pending: dict[int, str | None] = {}
+        self._in_memory = 0
         self._next_seq = 1
+        self._acked_through = 0
+        self._mark_written_at = 0.0
+        self._spool = spool
+        if spool is not None:
+            self._acked_through = spool.acked_through()
+            self._pending = {seq: None for seq, _ in spool.messages(after=self._acked_through)}
+            self._next_seq = spool.last_seq() + 1
         self._accepting = True
         self._stop = threading.Event()
         self.refused: str | None = None  # why the server refused the link for good
-        self.dropped = 0  # messages given up because the buffer was full
+        self.dropped = 0  # messages given up (no spool and a full buffer, or a full spool)
         self._thread = threading.Thread(target=self._run, name="armature-link", daemon=True)
         self._thread.start()
 
@@ -115,7 +137,17 @@ class TrainerLink:
         # Long enough for a clean close handshake; a thread still stuck in a connect
         # attempt is a daemon and cannot hold the process.
         self._thread.join(timeout=2)
-        if left:
+        with self._lock:
+            spool, self._spool = self._spool, None
+        if spool is not None:
+            if left:
+                spool.mark_acked(self._acked_through)
+                spool.close()
+                log.warning("link closed with %d unacknowledged messages; they stay in %s "
+                            "for the control plane", left, spool.path)  # fmt: skip
+            else:
+                spool.remove()
+        elif left:
             log.warning("link closed with %d unacknowledged messages", left)
         return left == 0 and self.refused is None
 
@@ -124,17 +156,34 @@ class TrainerLink:
             with self._lock:
                 if not self._accepting or self.refused is not None:
                     return
-                seq = self._next_seq
-                payload = json.dumps(build(seq).to_json(), allow_nan=False)
-                self._next_seq += 1
-                self._pending[seq] = payload
-                while len(self._pending) > self.max_pending:
-                    del self._pending[next(iter(self._pending))]
-                    self.dropped += 1
-                    if self.dropped == 1:
-                        log.warning("link buffer full: dropping the oldest messages")
+                self._add(build(self._next_seq).payload())
         except Exception:  # a bad value must never stop training
             log.exception("link: could not queue a message")
+
+    def _add(self, payload: str) -> None:
+        """Spool and keep the payload of message `_next_seq`; the lock is held."""
+        seq = self._next_seq
+        if self._spool is not None and not self._spool.append(payload):
+            self._drop(f"the spool {self._spool.path} is full ({self._spool.limit_bytes} bytes)")
+            return
+        self._next_seq += 1
+        self._pending[seq] = payload
+        self._in_memory += 1
+        if self._in_memory <= self.max_pending:
+            return
+        # The oldest payload still in memory.
+        old_seq = next(seq for seq, old in self._pending.items() if old is not None)
+        if self._spool is not None:
+            self._pending[old_seq] = None  # read back from the spool when sent
+        else:
+            del self._pending[old_seq]
+            self._drop("the buffer is full and there is no spool")
+        self._in_memory -= 1
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if self.dropped == 1:
+            log.warning("link: dropping messages: %s", why)
 
     # ----- the background thread ---------------------------------------------------------
     def _run(self) -> None:
@@ -183,9 +232,7 @@ class TrainerLink:
         """Send what is new (on a fresh connection: everything unacked), read replies."""
         sent_upto = 0
         while not self._stop.is_set():
-            with self._lock:
-                outgoing = [(s, p) for s, p in self._pending.items() if s > sent_upto]
-            for seq, payload in outgoing:
+            for seq, payload in self._outgoing(sent_upto):
                 socket.send(payload)
                 sent_upto = seq
             try:
@@ -193,6 +240,18 @@ class TrainerLink:
             except TimeoutError:
                 continue
             self._on_reply(raw)
+
+    def _outgoing(self, sent_upto: int) -> list[tuple[int, str]]:
+        """Pending messages after `sent_upto`, in order; those kept only in the spool are
+        read back from it."""
+        with self._lock:
+            if self._next_seq - 1 <= sent_upto:
+                return []
+            outgoing = [(seq, p) for seq, p in self._pending.items() if seq > sent_upto]
+            if self._spool is not None and any(p is None for _, p in outgoing):
+                on_disk = dict(self._spool.messages(after=sent_upto))
+                outgoing = [(seq, p if p is not None else on_disk[seq]) for seq, p in outgoing]
+        return outgoing
 
     def _on_reply(self, raw: str | bytes) -> None:
         try:
@@ -206,7 +265,15 @@ class TrainerLink:
             # The server will never take this message; keeping it would only block flushing.
             log.warning("link: message %d rejected: %s", reply.seq, reply.error)
         with self._lock:
-            self._pending.pop(reply.seq, None)
+            if reply.seq in self._pending and self._pending.pop(reply.seq) is not None:
+                self._in_memory -= 1
+            oldest = next(iter(self._pending), self._next_seq)
+            self._acked_through = oldest - 1
+            if self._spool is not None and time.monotonic() - self._mark_written_at > (
+                ACK_MARK_INTERVAL_S
+            ):
+                self._spool.mark_acked(self._acked_through)
+                self._mark_written_at = time.monotonic()
             if not self._pending:
                 self._acked_all.notify_all()
 
@@ -215,4 +282,5 @@ class TrainerLink:
         with self._lock:
             self.refused = why
             self._pending.clear()
+            self._in_memory = 0
             self._acked_all.notify_all()

@@ -9,15 +9,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from trainer.link.client import DEFAULT_FLUSH_TIMEOUT_S, TrainerLink
 from trainer.link.protocol import EventKind
+from trainer.link.spool import SPOOL_FOLDER, Spool
 
 log = logging.getLogger(__name__)
 
 LINK_VARIABLES = ("ARMATURE_URL", "ARMATURE_RUN_ID", "ARMATURE_RUN_TOKEN")
 FLUSH_TIMEOUT_VARIABLE = "ARMATURE_LINK_FLUSH_S"
+ATTEMPT_VARIABLE = "ARMATURE_RUN_ATTEMPT"
+SPOOL_LIMIT_VARIABLE = "ARMATURE_LINK_SPOOL_MB"
 
 
 class Link(Protocol):
@@ -43,9 +47,11 @@ class NullLink:
         return True
 
 
-def link_from_env(environ: Mapping[str, str] | None = None) -> Link:
+def link_from_env(environ: Mapping[str, str] | None = None, run_folder: Path | None = None) -> Link:
     """A TrainerLink when all three variables are set, else a NullLink. A half or
-    malformed setup is logged and treated as no control plane: training goes on."""
+    malformed setup is logged and treated as no control plane: training goes on.
+
+    With `run_folder`, messages are spooled to its link-spool/ until acknowledged."""
     environ = os.environ if environ is None else environ
     values = {name: environ.get(name, "").strip() for name in LINK_VARIABLES}
     if not any(values.values()):
@@ -57,12 +63,22 @@ def link_from_env(environ: Mapping[str, str] | None = None) -> Link:
     try:
         run_id = int(values["ARMATURE_RUN_ID"])
         flush_timeout_s = float(environ.get(FLUSH_TIMEOUT_VARIABLE) or DEFAULT_FLUSH_TIMEOUT_S)
+        attempt = int(environ.get(ATTEMPT_VARIABLE) or 1)
+        spool_limit = int(float(environ.get(SPOOL_LIMIT_VARIABLE) or 512) * 2**20)
     except ValueError as error:
         log.warning("link disabled: %s", error)
         return NullLink()
+    spool = None
+    if run_folder is not None:
+        try:
+            spool = Spool(run_folder / SPOOL_FOLDER, attempt, spool_limit)
+        except OSError as error:
+            log.warning("link: no spool in %s (%s); unacknowledged messages stay in memory",
+                        run_folder, error)  # fmt: skip
     return TrainerLink(
         values["ARMATURE_URL"],
         run_id,
         values["ARMATURE_RUN_TOKEN"],
         flush_timeout_s=flush_timeout_s,
+        spool=spool,
     )

@@ -1,88 +1,169 @@
 """The link protocol, version 1: the messages a trainer sends and the replies it gets.
 
 Documented in docs/link-protocol.md. Every message is one JSON object in one text frame.
-The control plane validates the same rules on its side (controlplane/runs/telemetry.py),
-because the control plane may not import this package; tests check the two agree.
+These pydantic models are the one schema of the protocol: the trainer builds its
+messages with them and the control plane validates what it receives with them
+(`parse_message`), so the two ends cannot drift apart. Pure pydantic: importing this
+module pulls in neither torch nor Ray.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 PROTOCOL_VERSION = 1
 EVENT_KINDS = ("started", "iteration", "checkpoint", "stopped", "finished", "failed")
 EventKind = Literal["started", "iteration", "checkpoint", "stopped", "finished", "failed"]
 
-# Limits the server enforces; the builders below keep within them.
 MAX_VALUES_PER_MESSAGE = 1000
 MAX_KEY_LENGTH = 200
 MAX_EVENT_DATA_CHARS = 64 * 1024
+MAX_MESSAGE_CHARS = 256 * 1024
 MAX_ERROR_CHARS = 8000
+MAX_SEQ = 2**63 - 1  # the database's bigint
+MAX_PROGRESS = 2**31 - 1
+
+MetricKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_KEY_LENGTH)]
+MetricValues = dict[MetricKey, float]
 
 
-@dataclass(frozen=True)
-class Event:
-    seq: int
+class _Message(BaseModel):
+    # strict: no "1" for 1, no true for 1; NaN and infinity are not numbers here.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+    v: Literal[1] = PROTOCOL_VERSION
+    seq: int = Field(ge=1, le=MAX_SEQ)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def payload(self) -> str:
+        return self.model_dump_json()
+
+
+class Event(_Message):
+    type: Literal["event"] = "event"
     kind: EventKind
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "v": PROTOCOL_VERSION,
-            "type": "event",
-            "seq": self.seq,
-            "kind": self.kind,
-            "data": self.data,
-        }
+    @field_validator("data")
+    @classmethod
+    def _bounded_and_finite(cls, data: dict[str, Any]) -> dict[str, Any]:
+        try:
+            size = len(json.dumps(data, allow_nan=False))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"data must be plain JSON with finite numbers ({error})") from None
+        if size > MAX_EVENT_DATA_CHARS:
+            raise ValueError(f"data is {size} characters as JSON; at most {MAX_EVENT_DATA_CHARS}")
+        return data
 
-
-@dataclass(frozen=True)
-class Metrics:
-    seq: int
-    step: int
-    time: float
-    values: dict[str, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "v": PROTOCOL_VERSION,
-            "type": "metrics",
-            "seq": self.seq,
-            "step": self.step,
-            "time": self.time,
-            "values": self.values,
-        }
-
-
-@dataclass(frozen=True)
-class Progress:
-    seq: int
-    step: int
-    total: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "v": PROTOCOL_VERSION,
-            "type": "progress",
-            "seq": self.seq,
-            "step": self.step,
-            "total": self.total,
-        }
+    @model_validator(mode="after")
+    def _finished_has_a_summary(self) -> Event:
+        if self.kind != "finished":
+            return self
+        summary = self.data.get("summary")
+        if not isinstance(summary, dict):
+            raise ValueError("a finished event needs data.summary, an object of numbers")
+        try:
+            _SUMMARY.validate_python(summary)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"data.summary.{'.'.join(map(str, issue['loc']))}: {issue['msg']}"
+                for issue in error.errors(include_url=False)[:5]
+            )
+            raise ValueError(problems) from None
+        return self
 
 
-Message = Event | Metrics | Progress
+class Metrics(_Message):
+    type: Literal["metrics"] = "metrics"
+    step: int = Field(ge=0, le=MAX_SEQ)
+    time: float = Field(ge=0)
+    values: MetricValues = Field(min_length=1, max_length=MAX_VALUES_PER_MESSAGE)
 
 
-@dataclass(frozen=True)
-class Reply:
+class Progress(_Message):
+    type: Literal["progress"] = "progress"
+    step: int = Field(ge=0, le=MAX_PROGRESS)
+    total: int = Field(ge=0, le=MAX_PROGRESS)
+
+    @model_validator(mode="after")
+    def _step_within_total(self) -> Progress:
+        if self.step > self.total:
+            raise ValueError("step must not exceed total")
+        return self
+
+
+_SUMMARY = TypeAdapter(
+    Annotated[MetricValues, Field(max_length=MAX_VALUES_PER_MESSAGE)],
+    config=ConfigDict(strict=True, allow_inf_nan=False),
+)
+
+Message = Annotated[Event | Metrics | Progress, Field(discriminator="type")]
+_MESSAGE = TypeAdapter(Message)
+
+
+class InvalidMessage(ValueError):
+    """A message the control plane will never accept; `seq` when it had a valid one."""
+
+    def __init__(self, error: str, seq: int | None = None):
+        super().__init__(error)
+        self.error, self.seq = error, seq
+
+
+def parse_message(text: str) -> Event | Metrics | Progress:
+    """The message in one text frame, validated; raises InvalidMessage naming what is
+    wrong (with the message's seq when it has a valid one)."""
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise InvalidMessage(f"message longer than {MAX_MESSAGE_CHARS} characters")
+    try:
+        # json.loads reads NaN, Infinity and 1e999 as floats: the models refuse them.
+        data = json.loads(text)
+    except ValueError as error:
+        raise InvalidMessage(f"not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidMessage("a message must be a JSON object")
+    seq = data.get("seq")
+    seq = seq if type(seq) is int and 1 <= seq <= MAX_SEQ else None
+    try:
+        return _MESSAGE.validate_python(data)
+    except ValidationError as error:
+        raise InvalidMessage(_describe(error), seq) from None
+
+
+def _describe(error: ValidationError) -> str:
+    """Pydantic's errors as one line each: `values.loss: Input should be a finite number`."""
+    lines = []
+    for issue in error.errors(include_url=False)[:5]:
+        # The first element of the location names the union member; the rest the field.
+        where = ".".join(str(part)[:40] for part in issue["loc"][1:]) or "message"
+        lines.append(f"{where}: {issue['msg'].removeprefix('Value error, ')}")
+    return "; ".join(lines)
+
+
+class Reply(BaseModel):
     """What the server answers: ``ack`` once a message is stored (or was already), or
     ``error`` for a message it will never accept (resending it is pointless)."""
 
     type: Literal["ack", "error"]
-    seq: int | None
+    seq: int | None = None
     error: str = ""
+
+    def payload(self) -> str:
+        return self.model_dump_json(exclude_defaults=False)
 
 
 def parse_reply(data: Any) -> Reply | None:

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from trainer.config.errors import ConfigError
@@ -68,7 +69,8 @@ def main(args: argparse.Namespace) -> int:
         # Warnings (e.g. the group filter giving up) get one readable line each.
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # Launched by the control plane, the run reports over the link; alone, this is a no-op.
-    link = link_from_env()
+    # The control plane gives the run's folder (--output-dir), where the link spools.
+    link = link_from_env(run_folder=Path(args.output_dir) if args.output_dir else None)
     try:
         return _train(args, link)
     except BaseException as error:

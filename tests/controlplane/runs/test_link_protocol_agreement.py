@@ -1,5 +1,6 @@
-"""The trainer's protocol module and the control plane's validator are two copies of one
-protocol (the control plane may not import the trainer's link): they must agree."""
+"""One schema for both ends of the link: what the trainer builds with
+trainer/link/protocol.py, the control plane accepts, and it refuses the rest with an
+error naming the field."""
 
 import json
 
@@ -10,16 +11,8 @@ from trainer.link import protocol
 from trainer.link.reporter import failure_data
 
 
-def test_the_constants_agree():
-    assert telemetry.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION
-    assert telemetry.EVENT_KINDS == set(protocol.EVENT_KINDS)
-    assert telemetry.MAX_VALUES_PER_MESSAGE == protocol.MAX_VALUES_PER_MESSAGE
-    assert telemetry.MAX_KEY_LENGTH == protocol.MAX_KEY_LENGTH
-    assert telemetry.MAX_EVENT_DATA_CHARS == protocol.MAX_EVENT_DATA_CHARS
-
-
-def wire(message: protocol.Message) -> dict:
-    return telemetry.parse_message(json.dumps(message.to_json(), allow_nan=False))
+def wire(message: protocol.Event | protocol.Metrics | protocol.Progress) -> dict:
+    return telemetry.parse_message(message.payload())
 
 
 def test_what_the_trainer_builds_the_control_plane_accepts():
@@ -54,3 +47,31 @@ def test_a_failure_report_fits_the_event_size_limit():
 def test_the_trainer_ignores_replies_it_does_not_understand(reply):
     parsed = protocol.parse_reply(reply)
     assert parsed is None or parsed.seq is None
+
+
+@pytest.mark.parametrize(
+    ("frame", "error"),
+    [
+        ('{"v":1,"type":"metrics","seq":3,"step":1,"time":1,"values":{"a":NaN}}',
+         "values.a: Input should be a finite number"),
+        ('{"v":1,"type":"metrics","seq":3,"step":1,"time":1,"values":{"a":1e999}}',
+         "values.a: Input should be a finite number"),
+        ('{"v":1,"type":"metrics","seq":3,"step":1,"time":1,"values":{}}', "values:"),
+        ('{"v":1,"type":"metrics","seq":3,"step":true,"time":1,"values":{"a":1}}', "step:"),
+        ('{"v":1,"type":"event","seq":4,"kind":"finished","data":{}}', "data.summary"),
+        ('{"v":1,"type":"event","seq":4,"kind":"finished","data":{"summary":{"x":"1"}}}',
+         "data.summary.x"),
+        ('{"v":2,"type":"progress","seq":5,"step":1,"total":1,"z":1}',
+         "v: Input should be 1; z: Extra inputs are not permitted"),
+        ('{"v":1,"type":"progress","seq":5,"step":3,"total":2}', "step must not exceed total"),
+        ('{"v":1,"type":"nope","seq":6}', "does not match any of the expected tags"),
+        ('{"v":1,"type":"event","seq":7,"kind":"started","data":{"x":Infinity}}',
+         "finite numbers"),
+    ],
+)  # fmt: skip
+def test_malformed_messages_are_refused_naming_the_field(frame, error):
+    with pytest.raises(telemetry.InvalidMessage) as refused:
+        telemetry.parse_message(frame)
+    assert error in refused.value.error
+    assert refused.value.seq == json.loads(frame.replace("NaN", "0").replace("Infinity", "0")
+                                           .replace("1e999", "0"))["seq"]  # fmt: skip

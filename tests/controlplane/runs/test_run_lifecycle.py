@@ -58,6 +58,10 @@ def test_a_run_launched_over_the_api_succeeds(live):
     assert run.state == RunState.SUCCEEDED, run.exit_reason
     assert run.ray_job_id == run.submission_id
     assert "finished 3/3 iterations" in selectors.job_logs(run)
+    # No web server in this stack: the trainer's report waited in its spool, and the
+    # reconciliation took it in before reading Ray's status.
+    assert run.exit_reason == "the trainer finished" and "rollout/success_rate" in run.summary
+    assert not (artifacts.run_artifact_dir(run.pk) / "link-spool" / "attempt-1.jsonl").exists()
     kinds = list(run.events.values_list("kind", flat=True))
     assert kinds[:3] == ["launched", "state", "submitted"]
     assert len(jobs_for(run)) == 1

@@ -151,28 +151,30 @@ INFINITE_TIME = (
     [
         ("{not json", None, "not JSON"),
         ("[1, 2]", None, "must be a JSON object"),
-        ({**metrics(1), "seq": 0}, None, "seq must be a positive integer"),
-        ({**metrics(1), "seq": "7"}, None, "seq must be a positive integer"),
-        ({**metrics(1), "seq": True}, None, "seq must be a positive integer"),
-        ({**metrics(5), "v": 2}, 5, "v must be 1"),
-        ({**metrics(5), "type": "gossip"}, 5, "unknown type 'gossip'"),
-        ({**metrics(5), "extra": 1}, 5, "unknown fields ['extra']"),
-        ({"v": 1, "type": "metrics", "seq": 5}, 5, "missing ['step', 'time', 'values']"),
-        ({**metrics(5), "step": -1}, 5, "step must be an integer"),
-        ({**metrics(5), "step": 1.5}, 5, "step must be an integer"),
-        ({**metrics(5), "values": {}}, 5, "values must be a non-empty object"),
-        ({**metrics(5), "values": {"a": "high"}}, 5, "values['a'] must be a finite number"),
-        (NAN_VALUES, 5, "values['a'] must be a finite number"),
-        (INFINITE_TIME, 5, "time must be a finite number"),
-        (metrics(5, **{f"k{i}": 1.0 for i in range(1001)}), 5, "1001 entries; at most 1000"),
-        (metrics(5, **{"k" * 201: 1.0}), 5, "keys must have 1 to 200 characters"),
+        ({**metrics(1), "seq": 0}, None, "seq: Input should be greater than or equal to 1"),
+        ({**metrics(1), "seq": "7"}, None, "seq: Input should be a valid integer"),
+        ({**metrics(1), "seq": True}, None, "seq: Input should be a valid integer"),
+        ({**metrics(5), "v": 2}, 5, "v: Input should be 1"),
+        ({**metrics(5), "type": "gossip"}, 5, "Input tag 'gossip' found using 'type'"),
+        ({**metrics(5), "extra": 1}, 5, "extra: Extra inputs are not permitted"),
+        ({"v": 1, "type": "metrics", "seq": 5}, 5,
+         "step: Field required; time: Field required; values: Field required"),
+        ({**metrics(5), "step": -1}, 5, "step: Input should be greater than or equal to 0"),
+        ({**metrics(5), "step": 1.5}, 5, "step: Input should be a valid integer"),
+        ({**metrics(5), "values": {}}, 5, "values: Dictionary should have at least 1 item"),
+        ({**metrics(5), "values": {"a": "high"}}, 5, "values.a: Input should be a valid number"),
+        (NAN_VALUES, 5, "values.a: Input should be a finite number"),
+        (INFINITE_TIME, 5, "time: Input should be a finite number"),
+        (metrics(5, **{f"k{i}": 1.0 for i in range(1001)}), 5,
+         "values: Dictionary should have at most 1000 items"),
+        (metrics(5, **{"k" * 201: 1.0}), 5, "String should have at most 200 characters"),
         ({"v": 1, "type": "progress", "seq": 5, "step": 4, "total": 3}, 5, "step must not exceed"),
-        (event(5, "lunch"), 5, "unknown event kind 'lunch'"),
-        ({**event(5, "checkpoint"), "data": []}, 5, "data must be an object"),
+        (event(5, "lunch"), 5, "kind: Input should be 'started'"),
+        ({**event(5, "checkpoint"), "data": []}, 5, "data: Input should be a valid dictionary"),
         (event(5, "finished"), 5, "a finished event needs data.summary"),
-        (event(5, "iteration", loss=float("inf")), 5, "non-finite number"),
+        (event(5, "iteration", loss=float("inf")), 5, "finite numbers"),
     ],
-)
+)  # fmt: skip
 async def test_a_bad_message_gets_an_error_and_the_link_stays_open(run, message, seq, error):
     socket = await connected(run)
     if isinstance(message, dict):
@@ -182,6 +184,7 @@ async def test_a_bad_message_gets_an_error_and_the_link_stays_open(run, message,
     assert error in reply["error"]
     assert await exchange(socket, metrics(9)) == {"type": "ack", "seq": 9}
     assert await rows(TelemetryBatch, run, "seq") == [(9,)]
+    assert (await reload(run)).link_rejected == 1  # counted, shown on the run page
     await socket.disconnect()
 
 

@@ -15,6 +15,7 @@ from websockets.sync.server import ServerConnection, serve
 from tests.processes import free_port, wait_until
 from trainer.link import NullLink, TrainerLink, link_from_env
 from trainer.link.client import websocket_url
+from trainer.link.spool import Spool
 from trainer.runner.cli import run
 
 torch.set_num_threads(1)
@@ -38,12 +39,12 @@ class ScriptedServer:
     """Records every message per connection; `answer(connection_index, message)` gives the
     reply (None: no reply; {"close": True}: drop the connection)."""
 
-    def __init__(self, answer: Answer = ack, reject_status: int | None = None):
+    def __init__(self, answer: Answer = ack, reject_status: int | None = None, port: int = 0):
         self.answer = answer
         self.reject_status = reject_status
         self.connections: list[list[dict]] = []
         self.requests: list[tuple[str, str | None]] = []
-        self.server = serve(self._handle, "127.0.0.1", 0, process_request=self._check)
+        self.server = serve(self._handle, "127.0.0.1", port, process_request=self._check)
         self.url = f"http://127.0.0.1:{self.server.socket.getsockname()[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -166,12 +167,48 @@ def test_a_refused_handshake_stops_the_link_for_good(servers):
     assert len(server.requests) == 1  # no retries against a refusal
 
 
-def test_the_buffer_is_bounded_while_the_control_plane_is_away():
+def test_without_a_spool_the_buffer_is_bounded_while_the_control_plane_is_away():
     link = TrainerLink(f"http://127.0.0.1:{free_port()}", 7, "tok", max_pending=10)
     for step in range(25):
         link.progress(step, 25)
     assert link.pending() == 10 and link.dropped == 15
     assert link.close(timeout=0) is False
+
+
+def test_with_a_spool_memory_stays_bounded_and_nothing_is_dropped(tmp_path, servers):
+    port = free_port()
+    link = TrainerLink(
+        f"http://127.0.0.1:{port}", 7, "tok", max_pending=10, max_backoff_s=0.2,
+        spool=Spool(tmp_path, attempt=1),
+    )  # fmt: skip
+    for step in range(1, 501):  # the control plane is away all along
+        link.progress(step, 500)
+    assert link.pending() == 500 and link.dropped == 0
+    assert sum(p is not None for p in link._pending.values()) == 10  # the rest on disk only
+    assert len((tmp_path / "attempt-1.jsonl").read_text().splitlines()) == 500
+    server = servers(port=port)  # the control plane comes (back) up
+    assert link.close(timeout=60) is True
+    assert sorted(server.by_seq()) == list(range(1, 501))  # in order, none lost
+    assert [m["step"] for _, m in sorted(server.by_seq().items())] == list(range(1, 501))
+    assert not (tmp_path / "attempt-1.jsonl").exists()  # all acknowledged: nothing left
+
+
+def test_what_is_unacknowledged_at_exit_stays_in_the_spool_and_a_restart_continues_it(
+    tmp_path, servers
+):
+    down = f"http://127.0.0.1:{free_port()}"
+    first = TrainerLink(down, 7, "tok", spool=Spool(tmp_path, attempt=2))
+    for step in (1, 2, 3):
+        first.progress(step, 9)
+    assert first.close(timeout=0.2) is False
+    spooled = (tmp_path / "attempt-2.jsonl").read_text().splitlines()
+    assert [json.loads(line)["seq"] for line in spooled] == [1, 2, 3]
+
+    server = servers()
+    second = TrainerLink(server.url, 7, "tok", spool=Spool(tmp_path, attempt=2))
+    second.progress(4, 9)  # numbered after the first process's messages
+    assert second.close(timeout=30) is True
+    assert sorted(server.by_seq()) == [1, 2, 3, 4]
 
 
 def _run_cli(tmp_path, monkeypatch, url: str | None, *extra: str) -> int:

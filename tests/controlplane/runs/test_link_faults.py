@@ -1,0 +1,184 @@
+"""The trainer link under faults, with real processes: a trainer process reporting to a
+live daphne (started as `./armature up` starts it) through a gate the test can close.
+Every point is stored exactly once whatever happens on the way."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db.models import Count
+
+from controlplane.experiments.services import create_experiment
+from controlplane.runs.artifacts import run_artifact_dir
+from controlplane.runs.models import MetricPoint, Run, RunState, TelemetryBatch
+from controlplane.runs.spool_ingest import ingest_spools
+from controlplane.runs.state import transition
+from controlplane.runs.tokens import make_run_token
+from tests.processes import free_port, wait_until
+from tests.tcp_gate import TcpGate
+from trainer.link import TrainerLink
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
+SMALL = [
+    "env.num_parallel_envs=4", "algorithm.data_batch_size=8", "runner.progress=false",
+    "algorithm.update_epochs=1", "algorithm.num_minibatches=2", "runner.torch_threads=1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def run() -> Run:
+    experiment = create_experiment("link-faults", CONFIG)
+    run = Run.objects.create(
+        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
+    )
+    transition(run.pk, RunState.SUBMITTING)
+    return run
+
+
+@pytest.fixture
+def web(stack_factory):
+    stack = stack_factory()
+    stack.start_web()
+    return stack
+
+
+def start_trainer(url: str, run: Run, folder: Path, *overrides: str, attempt: int = 1,
+                  resume: bool = False) -> subprocess.Popen:  # fmt: skip
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO")},
+        "ARMATURE_URL": url,
+        "ARMATURE_RUN_ID": str(run.pk),
+        "ARMATURE_RUN_TOKEN": make_run_token(run.pk, attempt),
+        "ARMATURE_RUN_ATTEMPT": str(attempt),
+        "ARMATURE_LINK_FLUSH_S": "30",
+    }
+    command = [
+        sys.executable, "-m", "trainer", "run", "examples/builtin_ppo.yaml", *SMALL,
+        *overrides, "--output-dir", str(folder), *(["--resume-if-any"] if resume else []),
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, cwd=settings.BASE_DIR, env=environment, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def iterations_written(folder: Path) -> int:
+    path = folder / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def stored_steps(run: Run) -> list[int]:
+    points = MetricPoint.objects.filter(run=run, key="rollout/success_rate").order_by("step")
+    return list(points.values_list("step", flat=True))
+
+
+def assert_exactly_once(run: Run, folder: Path) -> None:
+    """Every iteration the trainer wrote to disk is stored once, every key of it."""
+    written = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert stored_steps(run) == [line["iteration"] for line in written]
+    repeated = MetricPoint.objects.filter(run=run).values("key", "step").annotate(n=Count("pk"))
+    assert not repeated.filter(n__gt=1).exists()
+    for attempt in {b.attempt for b in TelemetryBatch.objects.filter(run=run)}:
+        seqs = sorted(
+            TelemetryBatch.objects.filter(run=run, attempt=attempt).values_list("seq", flat=True)
+        )
+        assert seqs == list(range(1, len(seqs) + 1)), f"attempt {attempt} has gaps"
+
+
+def stop_trainer(trainer: subprocess.Popen) -> str:
+    trainer.send_signal(signal.SIGTERM)  # what Ray sends when the job is stopped
+    output, _ = trainer.communicate(timeout=120)
+    assert trainer.returncode == 130, output
+    return output
+
+
+def test_a_web_server_restart_mid_run_stores_every_point_exactly_once(web, run, tmp_path):
+    trainer = start_trainer(web.url, run, tmp_path, "runner.iterations=100000")
+    try:
+        wait_until(lambda: len(stored_steps(run)) >= 2, 120, "the first points")
+        web.close()  # the control plane goes away mid-run…
+        time.sleep(3)
+        web.start_web()  # …and comes back on the same address
+        written = iterations_written(tmp_path)
+        wait_until(lambda: len(stored_steps(run)) > written, 120, "the link to catch up")
+    finally:
+        output = stop_trainer(trainer)
+    assert "unacknowledged" not in output
+    assert_exactly_once(run, tmp_path)
+    assert Run.objects.get(pk=run.pk).events.filter(kind="stopped").exists()
+
+
+def test_a_link_cut_for_30_s_spools_to_disk_and_delivers_after_reconnect(web, run, tmp_path):
+    gate = TcpGate(web.port)
+    trainer = start_trainer(gate.url, run, tmp_path, "runner.iterations=100000")
+    spool = tmp_path / "link-spool" / "attempt-1.jsonl"
+    try:
+        wait_until(lambda: len(stored_steps(run)) >= 2, 120, "the first points")
+        gate.close()
+        time.sleep(30)
+        cut_at = len(stored_steps(run))
+        written = iterations_written(tmp_path)
+        assert written > cut_at + 10  # training went on while the link was down…
+        acked = int((tmp_path / "link-spool" / "attempt-1.acked").read_text())
+        unacked = [m for m in map(json.loads, spool.read_text().splitlines()) if m["seq"] > acked]
+        assert len(unacked) >= 2 * (written - cut_at) - 2  # …and kept every message on disk
+        gate.open()
+        wait_until(lambda: len(stored_steps(run)) >= written, 120, "the spool to arrive")
+    finally:
+        stop_trainer(trainer)
+        gate.close()
+    assert_exactly_once(run, tmp_path)
+    assert not spool.exists()  # everything acknowledged: the trainer removed it
+
+
+def test_a_resubmitted_runs_second_attempt_is_stored(web, run, tmp_path):
+    first = start_trainer(web.url, run, tmp_path, "runner.iterations=100000")
+    wait_until(lambda: len(stored_steps(run)) >= 2, 120, "the first attempt's points")
+    first.kill()  # the job dies (OOM, a lost node); Ray's job is gone with it
+    first.communicate(timeout=30)
+    Run.objects.filter(pk=run.pk).update(attempt=2)  # what resubmitting a reported run does
+    second = start_trainer(
+        web.url, run, tmp_path, "runner.iterations=6", "runner.checkpoint_every=1",
+        attempt=2, resume=True,
+    )  # fmt: skip
+    output, _ = second.communicate(timeout=180)
+    assert second.returncode == 0, output
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED and run.summary["rollout/success_rate"] >= 0
+    assert {b.attempt for b in TelemetryBatch.objects.filter(run=run)} == {1, 2}
+    assert stored_steps(run)[-1] == 6
+    assert TelemetryBatch.objects.filter(run=run, attempt=2, seq=1).exists()
+
+
+def test_a_burst_beyond_the_channel_layers_capacity_is_stored_completely(web, run):
+    link = TrainerLink(web.url, run.pk, make_run_token(run.pk))
+    for step in range(1, 2001):  # the in-memory layer holds 100 per channel
+        link.metrics(step, {"rollout/success_rate": step / 2000, "losses/value_loss": 0.1})
+    assert link.close(timeout=120) is True
+    assert stored_steps(run) == list(range(1, 2001))
+    assert TelemetryBatch.objects.filter(run=run).count() == 2000
+
+
+def test_what_a_trainer_could_not_deliver_is_ingested_from_its_spool(run):
+    tmp_path = run_artifact_dir(run.pk)  # where the control plane looks for it
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    trainer = start_trainer(unreachable, run, tmp_path, "runner.iterations=3")
+    output, _ = trainer.communicate(timeout=180)
+    assert trainer.returncode == 0, output
+    assert "stay in" in output  # the link said where it left them
+    assert stored_steps(run) == []
+    assert ingest_spools(run) == 1 + 3 * 2 + 1 + 1  # started, 3 × (metrics, progress), ckpt, end
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED and run.exit_reason == "the trainer finished"
+    assert 0 <= run.summary["rollout/success_rate"] <= 1 and run.progress_step == 3
+    assert_exactly_once(run, tmp_path)
+    assert not (tmp_path / "link-spool" / "attempt-1.jsonl").exists()
+    assert ingest_spools(run) == 0
