@@ -167,7 +167,8 @@ REST_FRAMEWORK = {
         "controlplane.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.roles.RolePermission"],
+    # Every route's rule is in the access table (controlplane/access/doors.py).
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.access.api.DoorPermission"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
 }
@@ -178,6 +179,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The schema and its docs page follow the access table too (logged-in users only).
+    "SERVE_PERMISSIONS": ["controlplane.access.api.DoorPermission"],
 }
 
 LOGGING = {

@@ -2,15 +2,14 @@
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
 
+from controlplane.access.pages import guarded
+from controlplane.access.roles import role_of
 from controlplane.api import tokens
 from controlplane.api.models import ApiToken
-from controlplane.api.roles import role_of
 
 
 class TokenForm(forms.Form):
@@ -34,15 +33,14 @@ def _page(
 
 
 @never_cache
-@login_required
+@guarded
 def settings_page(request: HttpRequest) -> HttpResponse:
     return _page(request, TokenForm())
 
 
 # never_cache: the response carries the plain token, which no cache may keep.
 @never_cache
-@login_required
-@require_POST
+@guarded
 def create_token(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
@@ -53,8 +51,7 @@ def create_token(request: HttpRequest) -> HttpResponse:
     return _page(request, TokenForm(), new_token=plain)
 
 
-@login_required
-@require_POST
+@guarded
 def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
     tokens.revoke_token(token)

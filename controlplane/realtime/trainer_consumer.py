@@ -1,6 +1,7 @@
 """The control plane's end of a trainer's link (protocol in docs/link-protocol.md).
 
-Thin on purpose: authentication, validation and storage live in `runs.telemetry`.
+Thin on purpose: who may connect is the access table's call (controlplane/access/), and
+validation and storage live in `runs.telemetry`.
 Order per message: validate → store (one transaction) → ack → broadcast, so a browser
 never sees a point the database does not have, and a lost broadcast loses nothing.
 """
@@ -9,47 +10,25 @@ import json
 import logging
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
-from controlplane.realtime.consumers import CLOSE_UNAUTHENTICATED
+from controlplane.access.sockets import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, GuardedConsumer
 from controlplane.realtime.publish import publish_async
 from controlplane.runs import telemetry
 
 log = logging.getLogger(__name__)
 
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
+__all__ = ["CLOSE_FORBIDDEN", "CLOSE_NOT_FOUND", "TrainerConsumer"]
+
 # Storage failed: the trainer reconnects and resends what was not acknowledged.
 CLOSE_INTERNAL_ERROR = 1011
 
-CLOSE_CODES = {
-    telemetry.Refusal.NO_TOKEN: CLOSE_UNAUTHENTICATED,
-    telemetry.Refusal.WRONG_RUN: CLOSE_FORBIDDEN,
-    telemetry.Refusal.RUN_FINISHED: CLOSE_FORBIDDEN,
-    telemetry.Refusal.NO_SUCH_RUN: CLOSE_NOT_FOUND,
-}
 
-
-def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.decode("latin1").partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-    return None
-
-
-class TrainerConsumer(AsyncWebsocketConsumer):
-    """One trainer's link for one run, authenticated by that run's token."""
+class TrainerConsumer(GuardedConsumer):
+    """One trainer's link for one run. The access table lets in only the bearer of that
+    run's token while the run is not final (controlplane/access/sockets.py)."""
 
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        token = bearer_token(self.scope.get("headers", []))
-        refusal = await database_sync_to_async(telemetry.link_refusal)(self.run_id, token)
-        if refusal is not None:
-            log.info("trainer link for run %s refused: %s", self.run_id, refusal.value)
-            await self.close(code=CLOSE_CODES[refusal])
-            return
         await self.accept()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

@@ -1,11 +1,10 @@
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
-from controlplane.api.roles import has_role
+from controlplane.access.doors import may
+from controlplane.access.pages import guarded
 from controlplane.experiments.services import config_diff
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.services import job_logs
@@ -34,7 +33,7 @@ def runs_for(params) -> tuple:
     return runs, filters
 
 
-@login_required
+@guarded
 def run_list(request: HttpRequest) -> HttpResponse:
     runs, filters = runs_for(request.GET)
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -45,7 +44,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@guarded
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("experiment", "revision"), pk=run_id)
     return render(
@@ -54,13 +53,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         {
             "run": run,
             "events": run.events.all(),
-            "can_stop": has_role(request.user, "operator") and not run.is_final,
+            "can_stop": may(request.user, "run-stop", "POST") and not run.is_final,
             "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
         },
     )
 
 
-@login_required
+@guarded
 def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
@@ -75,19 +74,16 @@ def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/_logs.html", {"run": run, "tail": tail})
 
 
-@login_required
-@require_POST
+@guarded
 def run_stop(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
-    if not has_role(request.user, "operator"):
-        return HttpResponseForbidden("Stopping runs needs the operator role.")
     if not run.is_final:
         cancel_run.delay(run.pk)
         messages.info(request, f"Stopping run {run.pk}…")
     return redirect("run-detail", run_id=run.pk)
 
 
-@login_required
+@guarded
 def run_diff(request: HttpRequest, run_id: int, other_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     other = get_object_or_404(Run, pk=other_id)

@@ -22,7 +22,7 @@ def test_it_serves_every_page_to_a_logged_in_user(user_client, path):
     assert user_client.get(path).status_code == 200
 
 
-@pytest.mark.parametrize("path", PAGES[:-1])
+@pytest.mark.parametrize("path", PAGES)
 def test_it_sends_anonymous_visitors_to_the_login_page(client, path):
     response = client.get(path)
     assert response.status_code == 302
@@ -34,6 +34,12 @@ def test_the_api_docs_are_served_without_a_cdn(user_client):
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert "cdn" not in html.lower()
     assert user_client.get("/api/v1/schema/").status_code == 200
+
+
+def test_the_api_schema_needs_credentials(client):
+    response = client.get("/api/v1/schema/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
 
 
 def test_htmx_and_its_websocket_extension_come_from_local_static_files(user_client):
