@@ -13,7 +13,14 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from controlplane.realtime.groups import RUNS_LIST, run_group
-from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, TelemetryBatch
+from controlplane.runs.models import (
+    FINAL_STATES,
+    MetricPoint,
+    Run,
+    RunEvent,
+    RunState,
+    TelemetryBatch,
+)
 from controlplane.runs.state import IllegalTransition, transition
 from controlplane.runs.tokens import run_id_from_token
 
@@ -55,6 +62,11 @@ def link_refusal(run_id: int, token: str | None) -> Refusal | None:
     if run.is_final:
         return Refusal.RUN_FINISHED
     return None
+
+
+def run_is_final(run_id: int) -> bool:
+    """A run token is spent once its run is final (or gone)."""
+    return not Run.objects.filter(pk=run_id).exclude(state__in=FINAL_STATES).exists()
 
 
 class InvalidMessage(ValueError):
