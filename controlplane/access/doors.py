@@ -84,7 +84,7 @@ PUBLIC, VIEWER, OPERATOR, ADMIN = Rule.PUBLIC, Rule.VIEWER, Rule.OPERATOR, Rule.
 DOORS: dict[str, Door] = {
     # --- Pages -----------------------------------------------------------------------
     "home": page("home page", GET=VIEWER),
-    "healthz": page("component health", GET=PUBLIC),
+    "healthz": page("overall and per-component up/down", GET=PUBLIC),
     "login": page("log in", GET=PUBLIC, POST=PUBLIC),
     "logout": page("log out", POST=PUBLIC),
     "settings": page("your role and API tokens", GET=VIEWER),
@@ -138,6 +138,8 @@ DOORS: dict[str, Door] = {
     "ws-runs": socket("live runs list", VIEWER),
     "ws-run": socket("live header of one run", VIEWER),
     "ws-trainer": socket("a trainer's link for its run", Rule.RUN_TOKEN),
+    # --- Parts of an answer -------------------------------------------------------------
+    "healthz-detail": part("/healthz's latency, detail and topology per component", VIEWER),
 }
 
 # Django's admin site keeps its own check (staff only, then model permissions): one rule
