@@ -85,7 +85,7 @@ DOORS: dict[str, Door] = {
     # --- Pages -----------------------------------------------------------------------
     "home": page("home page", GET=VIEWER),
     "healthz": page("overall and per-component up/down", GET=PUBLIC),
-    "login": page("log in", GET=PUBLIC, POST=PUBLIC),
+    "login": page("log in (attempts are rate-limited)", GET=PUBLIC, POST=PUBLIC),
     "logout": page("log out", POST=PUBLIC),
     "settings": page("your role and API tokens", GET=VIEWER),
     "token-create": page("create an API token of your own", POST=VIEWER),
