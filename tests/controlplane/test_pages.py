@@ -4,7 +4,7 @@ anonymous visitors to the login page."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from controlplane.core.bootstrap import ensure_admin, seed_demo
+from controlplane.core.bootstrap import seed_demo
 
 pytestmark = pytest.mark.django_db
 
@@ -55,14 +55,7 @@ def test_the_demo_shows_on_the_experiments_and_cluster_pages(user_client):
     assert "one-machine" in user_client.get("/cluster/").content.decode()
 
 
-def test_setup_is_idempotent(settings, tmp_path, monkeypatch):
-    settings.VAR_DIR = tmp_path
-    monkeypatch.delenv("ARMATURE_ADMIN_PASSWORD", raising=False)
-    first = ensure_admin()
-    again = ensure_admin()
-    assert first.created and not again.created
-    assert first.password == again.password == (tmp_path / "admin_password").read_text()
-    assert get_user_model().objects.get(username="admin").check_password(first.password)
+def test_the_demo_is_seeded_once():
     assert seed_demo() == seed_demo()
 
 

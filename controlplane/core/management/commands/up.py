@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from honcho.manager import Manager
 
-from controlplane.core.bootstrap import ensure_admin, seed_demo
+from controlplane.core.bootstrap import AdminAccount, ensure_admin, seed_demo
 from controlplane.core.stack import (
     RAY_HEAD_ENV,
     RayHeadPorts,
@@ -32,6 +32,23 @@ def ray_temp_dir() -> Path:
         return preferred
     digest = hashlib.sha1(str(preferred).encode()).hexdigest()[:10]
     return Path(tempfile.gettempdir()) / f"armature-ray-{digest}"
+
+
+def admin_login_hint(admin: AdminAccount) -> str:
+    """How to log in: the password itself only at the start that set it."""
+    if admin.password is not None:
+        kept = (
+            f"; also in {admin.password_file}, readable only by you"
+            if admin.password_file.exists()
+            else ""
+        )
+        return f"log in as {admin.username} / {admin.password}{kept}"
+    if admin.password_file.exists():
+        return f"log in as {admin.username}; its password is in {admin.password_file}"
+    return (
+        f"log in as {admin.username} with the password set at the first start; "
+        "./armature reset-admin-password sets a new one"
+    )
 
 
 class Command(BaseCommand):
@@ -74,10 +91,7 @@ class Command(BaseCommand):
         )
 
         self.stdout.write(
-            self.style.SUCCESS(
-                f"\nArmature: http://{host}:{port}/  (log in as "
-                f"{admin.username} / {admin.password})"
-            )
+            self.style.SUCCESS(f"\nArmature: http://{host}:{port}/  ({admin_login_hint(admin)})")
         )
         self.stdout.write(
             f"Ray: {ray_address}   Database: {settings.DATABASES['default']['ENGINE']}"
