@@ -5,6 +5,7 @@ none set, the one-machine mode applies: SQLite under var/, kombu's file-system
 broker, the in-memory channel layer and a local Ray head started by `./armature up`.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -29,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -51,6 +53,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a lockout into the response that says so.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -143,6 +147,19 @@ RAY_ADDRESS = env_str("RAY_ADDRESS", "http://127.0.0.1:8265")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Logins (the login page's and the admin's) are rate-limited by django-axes: after
+# ARMATURE_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is
+# locked out for ARMATURE_LOGIN_COOLOFF_MINUTES. Per pair, so nobody can lock a user out
+# from everywhere by failing on purpose. `./manage.py axes_reset` lifts every lock.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(env_str("ARMATURE_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(env_str("ARMATURE_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "controlplane.access.logins.locked_out"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -167,7 +184,8 @@ REST_FRAMEWORK = {
         "controlplane.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.roles.RolePermission"],
+    # Every route's rule is in the access table (controlplane/access/doors.py).
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.access.api.DoorPermission"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
 }
@@ -178,6 +196,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The schema and its docs page follow the access table too (logged-in users only).
+    "SERVE_PERMISSIONS": ["controlplane.access.api.DoorPermission"],
 }
 
 LOGGING = {

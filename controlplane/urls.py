@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from controlplane.access.pages import guarded
 from controlplane.api import settings_views
 from controlplane.console.views import console_index
 from controlplane.core.views import healthz, home
@@ -23,8 +24,8 @@ urlpatterns = [
         settings_views.revoke_token,
         name="token-revoke",
     ),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", guarded(auth_views.LoginView.as_view()), name="login"),
+    path("logout/", guarded(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),
     path(RELAY_PATH.lstrip("/"), relay, name="realtime-relay"),
 ]

@@ -12,3 +12,7 @@ os.environ.setdefault(
 )
 
 from controlplane.settings import *  # noqa: E402,F403
+
+# Django's default hasher takes most of a second per password on purpose; tests that log
+# in and fail repeatedly (the login rate limit) need no such cost.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

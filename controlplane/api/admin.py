@@ -11,10 +11,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
     """Admins see everyone's tokens and revoke them; tokens are created on the Settings
     page only, where their owner sees the plain token once."""
 
-    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
-    list_filter = ["revoked_at"]
+    list_display = [
+        "name", "user", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at",
+    ]  # fmt: skip
+    list_filter = ["revoked_at", "expires_at"]
     search_fields = ["name", "prefix", "user__username"]
-    readonly_fields = ["user", "prefix", "secret_hash", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "user", "prefix", "secret_hash", "created_at", "last_used_at", "expires_at", "revoked_at",
+    ]  # fmt: skip
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

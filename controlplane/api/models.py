@@ -3,6 +3,7 @@ token is shown once, when it is created, and cannot be recovered afterwards."""
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class ApiToken(models.Model):
@@ -17,6 +18,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="After this the token stops working; empty: never."
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -27,3 +31,7 @@ class ApiToken(models.Model):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()

@@ -1,16 +1,22 @@
-"""The Settings page: the user's role and their API tokens (create — shown once —, revoke)."""
+"""The Settings page: the user's role and their API tokens (create — shown once, with an
+expiry —, list with last use and expiry, revoke)."""
+
+from datetime import datetime, timedelta
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
 
+from controlplane.access.pages import guarded
+from controlplane.access.roles import role_of
 from controlplane.api import tokens
 from controlplane.api.models import ApiToken
-from controlplane.api.roles import role_of
+
+EXPIRY_CHOICES = [("7", "in 7 days"), ("30", "in 30 days"), ("90", "in 90 days"),
+                  ("365", "in a year"), ("never", "never")]  # fmt: skip
 
 
 class TokenForm(forms.Form):
@@ -19,6 +25,11 @@ class TokenForm(forms.Form):
         help_text="What it is for, e.g. “GitHub CI”.",
         widget=forms.TextInput(attrs={"placeholder": "GitHub CI", "autocomplete": "off"}),
     )
+    expires = forms.ChoiceField(label="Expires", choices=EXPIRY_CHOICES, initial="90")
+
+    def expires_at(self) -> datetime | None:
+        days = self.cleaned_data["expires"]
+        return None if days == "never" else timezone.now() + timedelta(days=int(days))
 
 
 def _page(
@@ -34,27 +45,27 @@ def _page(
 
 
 @never_cache
-@login_required
+@guarded
 def settings_page(request: HttpRequest) -> HttpResponse:
     return _page(request, TokenForm())
 
 
 # never_cache: the response carries the plain token, which no cache may keep.
 @never_cache
-@login_required
-@require_POST
+@guarded
 def create_token(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST)
     if not form.is_valid():
         return _page(request, form, status=400)
     # Rendered straight away rather than redirected to: the plain token must not be
     # kept anywhere (session, URL) to survive a redirect.
-    _, plain = tokens.create_token(request.user, form.cleaned_data["name"])
+    _, plain = tokens.create_token(
+        request.user, form.cleaned_data["name"], expires_at=form.expires_at()
+    )
     return _page(request, TokenForm(), new_token=plain)
 
 
-@login_required
-@require_POST
+@guarded
 def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
     tokens.revoke_token(token)

@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import secrets
 import string
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
@@ -29,7 +29,8 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 class InvalidToken(Exception):
-    """The presented token is malformed, unknown, revoked or its user is inactive."""
+    """The presented token is malformed, unknown, revoked, expired or its user is
+    inactive."""
 
 
 def _random(alphabet: str, length: int) -> str:
@@ -40,14 +41,21 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_token(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
-    """A new token for `user`; returns the row and the plain token, which is not stored."""
+def create_token(
+    user: AbstractBaseUser, name: str, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """A new token for `user`, working until `expires_at` (None: until revoked); returns
+    the row and the plain token, which is not stored."""
     prefix = _random(PREFIX_ALPHABET, PREFIX_LENGTH)
     while ApiToken.objects.filter(prefix=prefix).exists():  # 36^8 prefixes: a rare retry
         prefix = _random(PREFIX_ALPHABET, PREFIX_LENGTH)
     secret = _random(SECRET_ALPHABET, SECRET_LENGTH)
     token = ApiToken.objects.create(
-        user=user, name=name.strip(), prefix=prefix, secret_hash=hash_secret(secret)
+        user=user,
+        name=name.strip(),
+        prefix=prefix,
+        secret_hash=hash_secret(secret),
+        expires_at=expires_at,
     )
     return token, f"{TOKEN_PREFIX}_{prefix}_{secret}"
 
@@ -76,9 +84,12 @@ def authenticate_token(raw: str) -> ApiToken:
         raise InvalidToken("Unknown API token.")
     if token.revoked_at is not None:
         raise InvalidToken(f"API token '{token.name}' (arm_{prefix}) has been revoked.")
+    now = timezone.now()
+    if token.expires_at is not None and token.expires_at <= now:
+        when = token.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+        raise InvalidToken(f"API token '{token.name}' (arm_{prefix}) expired on {when}.")
     if not token.user.is_active:
         raise InvalidToken("The user of this API token is inactive.")
-    now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now

@@ -2,6 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from controlplane.access.pages import guarded
 from controlplane.api import experiment_views, run_views, views
 
 router = DefaultRouter(trailing_slash=False)
@@ -14,5 +15,6 @@ urlpatterns = [
     path("", include(router.urls)),
     path("placement/preview", views.PlacementPreviewView.as_view(), name="placement-preview"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # A page for people: the login page (not a 401) for anonymous visitors.
+    path("docs/", guarded(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
 ]

@@ -37,7 +37,6 @@ class ClusterViewSet(
     queryset = Cluster.objects.prefetch_related("node_groups__env_configs", "node_groups__robots")
     serializer_class = ClusterSerializer
     lookup_field = "name"
-    write_role = "admin"  # the inventory is shared by every run
 
     @extend_schema(request=ClusterWriteSerializer, responses={201: ClusterSerializer})
     def create(self, request: Request) -> Response:
@@ -82,8 +81,6 @@ class RobotViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class PlacementPreviewView(APIView):
-    write_role = "viewer"  # a POST that only computes
-
     @extend_schema(
         request=PlacementPreviewSerializer,
         responses={

@@ -1,8 +1,9 @@
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from controlplane.access.pages import guarded
 
-@login_required
+
+@guarded
 def console_index(request: HttpRequest) -> HttpResponse:
     return render(request, "console/index.html")

@@ -1,10 +1,12 @@
-"""First-run setup of the one-machine mode: an admin account and a demo to launch."""
+"""First-run setup of the one-machine mode: an admin account (whose password is shown
+once, when it is set) and a demo to launch."""
 
 import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from axes.utils import reset as reset_lockouts
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -17,36 +19,72 @@ from controlplane.inventory.services import import_cluster_yaml
 EXAMPLES_DIR = settings.BASE_DIR / "examples"
 DEMO_CLUSTER_FILE = EXAMPLES_DIR / "clusters" / "one_machine.yaml"
 DEMO_EXPERIMENT_FILE = EXAMPLES_DIR / "builtin_ppo.yaml"
+ADMIN_USERNAME = "admin"
+PASSWORD_FILE_NAME = "admin_password"
 
 
 @dataclass
 class AdminAccount:
     username: str
-    password: str
     created: bool
+    # The plain password, only when it was set just now (to show once); never read back.
+    password: str | None
+    password_file: Path  # where a generated password is kept, readable by its owner only
 
 
-def ensure_admin(username: str = "admin") -> AdminAccount:
-    """Create the admin once; its password comes from ARMATURE_ADMIN_PASSWORD or is
-    generated and kept under var/ so it can be shown again on every start."""
-    password_file: Path = settings.VAR_DIR / "admin_password"
-    password = os.environ.get("ARMATURE_ADMIN_PASSWORD")
-    if not password:
-        if password_file.exists():
-            password = password_file.read_text().strip()
-        else:
-            password = secrets.token_urlsafe(12)
-            password_file.parent.mkdir(parents=True, exist_ok=True)
-            password_file.write_text(password)
-            password_file.chmod(0o600)
+def admin_password_file() -> Path:
+    return settings.VAR_DIR / PASSWORD_FILE_NAME
+
+
+def write_password_file(password: str) -> Path:
+    """Keep `password` in var/admin_password, readable and writable by its owner only
+    (0600 from the start: it is never on disk with a wider mode, even briefly)."""
+    path = admin_password_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(password)
+    os.chmod(draft, 0o600)  # O_CREAT's mode is filtered by the umask; say it outright
+    os.replace(draft, path)
+    return path
+
+
+def ensure_admin(username: str = ADMIN_USERNAME) -> AdminAccount:
+    """Create the admin at the first start, and only then: its password comes from
+    ARMATURE_ADMIN_PASSWORD, or is generated and kept in var/admin_password. Later starts
+    leave the account alone; `./armature reset-admin-password` sets a new password."""
     user_model = get_user_model()
-    user, created = user_model.objects.get_or_create(
-        username=username, defaults={"is_staff": True, "is_superuser": True}
-    )
-    if created or not user.check_password(password):
+    if user_model.objects.filter(username=username).exists():
+        return AdminAccount(username, False, None, admin_password_file())
+    given = os.environ.get("ARMATURE_ADMIN_PASSWORD")
+    password = given or secrets.token_urlsafe(12)
+    with transaction.atomic():
+        user, created = user_model.objects.get_or_create(
+            username=username, defaults={"is_staff": True, "is_superuser": True}
+        )
+        if not created:  # another process created it meanwhile: theirs stands
+            return AdminAccount(username, False, None, admin_password_file())
+        user.set_password(password)  # only Django's hash is stored
+        user.save(update_fields=["password"])
+    if not given:  # whoever set the variable knows the password already
+        write_password_file(password)
+    return AdminAccount(username, True, password, admin_password_file())
+
+
+def reset_admin_password(username: str = ADMIN_USERNAME) -> AdminAccount:
+    """A new generated password for the admin (created if missing), written to
+    var/admin_password; lifts the login lockouts of that username as well."""
+    password = secrets.token_urlsafe(12)
+    user_model = get_user_model()
+    with transaction.atomic():
+        user, created = user_model.objects.get_or_create(
+            username=username, defaults={"is_staff": True, "is_superuser": True}
+        )
         user.set_password(password)
-        user.save()
-    return AdminAccount(username, password, created)
+        user.save(update_fields=["password"])
+    reset_lockouts(username=username)
+    return AdminAccount(username, created, password, write_password_file(password))
 
 
 @transaction.atomic

@@ -1,7 +1,9 @@
 """Health checks of every component the control plane depends on.
 
 One place decides what "up" means; `/healthz` and the live status panel both
-call `collect_status`.
+call `collect_status`, which measures at most once per `STATUS_MAX_AGE_S` and shares
+one measurement among everyone asking meanwhile: a worker check sends a Celery task,
+and a public `/healthz` must not let its callers flood the queue.
 """
 
 import asyncio
@@ -9,6 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
 from asgiref.sync import sync_to_async
@@ -22,6 +25,7 @@ from controlplane.celery import app as celery_app
 from controlplane.core.tasks import ping
 
 CHECK_TIMEOUT_S = 3.0
+STATUS_MAX_AGE_S = 1.0
 LABELS = {"channel_layer": "Channel layer"}
 
 
@@ -110,7 +114,7 @@ async def _check_broker_and_worker() -> list[Check]:
     return [broker, worker]
 
 
-async def collect_status() -> list[Check]:
+async def measure_status() -> list[Check]:
     """Check every component concurrently; the slowest check bounds the wait."""
     database = database_sync_to_async(_timed)("database", _probe_database)
     ray = sync_to_async(_timed, thread_sensitive=False)("ray", _probe_ray)
@@ -120,8 +124,53 @@ async def collect_status() -> list[Check]:
     return [db_check, *queue_checks, layer_check, ray_check]
 
 
-def status_as_json(checks: list[Check]) -> dict:
+class SharedMeasurement:
+    """The latest measurement while it is younger than `max_age_s`; otherwise one new
+    measurement, awaited by every caller that asks before it is done."""
+
+    def __init__(self, measure: Callable[[], Awaitable[list[Check]]], max_age_s: float):
+        self._measure = measure
+        self.max_age_s = max_age_s
+        self._latest: tuple[float, list[Check]] | None = None
+        self._running: asyncio.Task | None = None
+
+    async def get(self) -> list[Check]:
+        if self._latest is not None and time.monotonic() - self._latest[0] < self.max_age_s:
+            return self._latest[1]
+        loop = asyncio.get_running_loop()
+        task = self._running
+        # A task of another event loop (a finished test request's, say) cannot be awaited.
+        if task is None or task.done() or task.get_loop() is not loop:
+            task = self._running = loop.create_task(self._measure_and_keep())
+        # shield: a caller that goes away must not cancel the others' measurement.
+        return await asyncio.shield(task)
+
+    async def _measure_and_keep(self) -> list[Check]:
+        checks = await self._measure()
+        self._latest = (time.monotonic(), checks)
+        return checks
+
+    def forget(self) -> None:
+        self._latest, self._running = None, None
+
+
+shared_status = SharedMeasurement(measure_status, STATUS_MAX_AGE_S)
+
+
+async def collect_status() -> list[Check]:
+    """Every component's check, measured at most once per STATUS_MAX_AGE_S."""
+    return await shared_status.get()
+
+
+def status_as_json(checks: list[Check], detailed: bool = True) -> dict:
+    """The report; without `detailed`, only the overall status and each component's
+    up/down (no latency, error text or topology)."""
     return {
         "status": "up" if all(c.up for c in checks) else "down",
-        "checks": {c.name: {k: v for k, v in asdict(c).items() if k != "name"} for c in checks},
+        "checks": {
+            c.name: {k: v for k, v in asdict(c).items() if k != "name"}
+            if detailed
+            else {"up": c.up}
+            for c in checks
+        },
     }

@@ -1,13 +1,15 @@
-from django.contrib.auth.decorators import login_required
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
+from controlplane.access.doors import SEE, may
+from controlplane.access.pages import guarded
 from controlplane.core.health import collect_status, status_as_json
 from controlplane.runs.models import ACTIVE_STATES, Run
 
 
-@login_required
+@guarded
 def home(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.select_related("experiment", "revision", "created_by")
     return render(
@@ -21,6 +23,8 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @never_cache
+@guarded
 async def healthz(request: HttpRequest) -> JsonResponse:
-    report = status_as_json(await collect_status())
+    detailed = await sync_to_async(may)(await request.auser(), "healthz-detail", SEE)
+    report = status_as_json(await collect_status(), detailed=detailed)
     return JsonResponse(report, status=200 if report["status"] == "up" else 503)

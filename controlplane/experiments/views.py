@@ -1,11 +1,10 @@
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db import IntegrityError
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
-from controlplane.api.roles import has_role
+from controlplane.access.doors import may
+from controlplane.access.pages import guarded
 from controlplane.experiments import services
 from controlplane.experiments.forms import CloneForm, ExperimentForm, LaunchForm, RevisionForm
 from controlplane.experiments.models import Experiment
@@ -20,13 +19,11 @@ def problems(error: ConfigError) -> list[dict]:
     return [{"location": p.path, "message": p.message} for p in error.problems]
 
 
-@login_required
+@guarded
 def experiment_list(request: HttpRequest) -> HttpResponse:
     form = ExperimentForm(request.POST or None)
     issues = []
     if request.method == "POST":
-        if not has_role(request.user, "operator"):
-            return HttpResponseForbidden("Creating experiments needs the operator role.")
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -50,15 +47,13 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@guarded
 def experiment_detail(request: HttpRequest, name: str) -> HttpResponse:
     experiment = get_object_or_404(Experiment, name=name)
     latest = experiment.latest_revision
     revision_form = RevisionForm(request.POST or None, initial={"config_yaml": latest.config_yaml})
     issues = []
     if request.method == "POST":
-        if not has_role(request.user, "operator"):
-            return HttpResponseForbidden("Saving revisions needs the operator role.")
         if revision_form.is_valid():
             try:
                 revision = services.save_revision(
@@ -81,13 +76,12 @@ def experiment_detail(request: HttpRequest, name: str) -> HttpResponse:
             "clone_form": CloneForm(),
             "issues": issues,
             "runs": experiment.runs.select_related("created_by")[:20],
-            "can_write": has_role(request.user, "operator"),
+            "can_write": may(request.user, "experiment-detail", "POST"),
         },
     )
 
 
-@login_required
-@require_POST
+@guarded
 def experiment_validate(request: HttpRequest) -> HttpResponse:
     """As-you-type validation of a config (htmx)."""
     try:
@@ -98,7 +92,7 @@ def experiment_validate(request: HttpRequest) -> HttpResponse:
     return render(request, "inventory/_config_issues.html", {"issues": issues, "checked": True})
 
 
-@login_required
+@guarded
 def revision_diff(request: HttpRequest, name: str) -> HttpResponse:
     experiment = get_object_or_404(Experiment, name=name)
     numbers = sorted(int(n) for n in request.GET.getlist("r") if n.isdigit())[:2]
@@ -117,13 +111,10 @@ def revision_diff(request: HttpRequest, name: str) -> HttpResponse:
     )  # fmt: skip
 
 
-@login_required
-@require_POST
+@guarded
 def experiment_clone(request: HttpRequest, name: str) -> HttpResponse:
     source = get_object_or_404(Experiment, name=name)
     form = CloneForm(request.POST)
-    if not has_role(request.user, "operator"):
-        return HttpResponseForbidden("Cloning needs the operator role.")
     if not form.is_valid():
         messages.error(request, "; ".join(e for errs in form.errors.values() for e in errs))
         return redirect("experiment-detail", name=name)
@@ -135,12 +126,9 @@ def experiment_clone(request: HttpRequest, name: str) -> HttpResponse:
     return redirect("experiment-detail", name=clone.name)
 
 
-@login_required
-@require_POST
+@guarded
 def experiment_launch(request: HttpRequest, name: str) -> HttpResponse:
     experiment = get_object_or_404(Experiment, name=name)
-    if not has_role(request.user, "operator"):
-        return HttpResponseForbidden("Launching runs needs the operator role.")
     form = LaunchForm(request.POST)
     if not form.is_valid():
         messages.error(request, "; ".join(e for errs in form.errors.values() for e in errs))
@@ -157,7 +145,7 @@ def experiment_launch(request: HttpRequest, name: str) -> HttpResponse:
     return redirect("run-detail", run_id=run.pk)
 
 
-@login_required
+@guarded
 def launch_preview(request: HttpRequest, name: str) -> HttpResponse:
     """The placement grid of the cluster chosen in the launch form (htmx)."""
     cluster = Cluster.objects.filter(name=request.GET.get("cluster", "")).first()

@@ -1,8 +1,8 @@
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
+from controlplane.access.doors import may
+from controlplane.access.pages import guarded
 from controlplane.inventory import services
 from controlplane.inventory.forms import ClusterImportForm, ClusterYamlForm
 from controlplane.inventory.models import Cluster
@@ -11,7 +11,7 @@ from controlplane.inventory.selectors import get_cluster, placement_yaml, robots
 from trainer import cluster as tc
 
 
-@login_required
+@guarded
 def cluster_list(request: HttpRequest) -> HttpResponse:
     form = ClusterImportForm(request.POST or None, request.FILES or None)
     issues = []
@@ -29,22 +29,32 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "inventory/cluster_list.html",
-        {"clusters": clusters, "form": form, "issues": issues},
+        {
+            "clusters": clusters,
+            "form": form,
+            "issues": issues,
+            "can_import": may(request.user, "cluster-list", "POST"),
+        },
     )
 
 
-@login_required
+@guarded
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_cluster(name)
     groups = cluster.node_groups.prefetch_related("env_configs", "robots")
     return render(
         request,
         "inventory/cluster_detail.html",
-        {"cluster": cluster, "groups": groups, "nodes": cluster.nodes.all()[:500]},
+        {
+            "cluster": cluster,
+            "groups": groups,
+            "nodes": cluster.nodes.all()[:500],
+            "can_edit": may(request.user, "cluster-edit", "POST"),
+        },
     )
 
 
-@login_required
+@guarded
 def cluster_export(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_cluster(name)
     response = HttpResponse(services.export_cluster_yaml(cluster), content_type="text/yaml")
@@ -52,7 +62,7 @@ def cluster_export(request: HttpRequest, name: str) -> HttpResponse:
     return response
 
 
-@login_required
+@guarded
 def cluster_edit(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_cluster(name)
     form = ClusterYamlForm(
@@ -71,8 +81,7 @@ def cluster_edit(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-@login_required
-@require_POST
+@guarded
 def cluster_validate(request: HttpRequest) -> HttpResponse:
     """As-you-type validation of a cluster YAML (htmx)."""
     try:
@@ -83,7 +92,7 @@ def cluster_validate(request: HttpRequest) -> HttpResponse:
     return render(request, "inventory/_config_issues.html", {"issues": issues, "checked": True})
 
 
-@login_required
+@guarded
 def placement_page(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_cluster(name)
     spec = services.to_trainer_cluster(cluster)
@@ -95,8 +104,7 @@ def placement_page(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-@login_required
-@require_POST
+@guarded
 def placement_preview_fragment(request: HttpRequest, name: str) -> HttpResponse:
     """The grid (or the errors) for the placement being typed (htmx)."""
     spec = services.to_trainer_cluster(get_cluster(name))
@@ -104,6 +112,6 @@ def placement_preview_fragment(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "inventory/_placement_result.html", {"preview": preview})
 
 
-@login_required
+@guarded
 def robot_list(request: HttpRequest) -> HttpResponse:
     return render(request, "inventory/robot_list.html", {"robots": robots()})

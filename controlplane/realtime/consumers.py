@@ -3,27 +3,25 @@
 import asyncio
 import time
 
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from controlplane.access.sockets import CLOSE_UNAUTHENTICATED, GuardedConsumer
 from controlplane.core.health import collect_status
 from controlplane.realtime.groups import SYSTEM_STATUS
 
-CLOSE_UNAUTHENTICATED = 4401
+__all__ = ["CLOSE_UNAUTHENTICATED", "StatusConsumer"]
 
 
-class StatusConsumer(AsyncWebsocketConsumer):
-    """Streams the system status panel (as htmx out-of-band HTML) to logged-in users.
+class StatusConsumer(GuardedConsumer):
+    """Streams the system status panel (as htmx out-of-band HTML) to whoever the access
+    table lets in.
 
     It re-checks on a timer and at once when another process asks (for example a
     Celery worker that just started), through the `system.status` group.
     """
 
     async def connect(self) -> None:
-        if not self.scope["user"].is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
         await self.channel_layer.group_add(SYSTEM_STATUS, self.channel_name)
         await self.accept()
         self.poller = asyncio.create_task(self._poll())

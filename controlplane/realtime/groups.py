@@ -6,3 +6,8 @@ RUNS_LIST = "runs.list"
 
 def run_group(run_id: int) -> str:
     return f"run.{run_id}"
+
+
+def trainer_group(run_id: int) -> str:
+    """The open trainer links of a run (closed when the run ends)."""
+    return f"trainer.{run_id}"

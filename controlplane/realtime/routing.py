@@ -1,23 +1,30 @@
 from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
-from django.urls import path, re_path
+from django.urls import URLPattern, path, re_path
 
+from controlplane.access.sockets import GuardedConsumer
 from controlplane.realtime.consumers import StatusConsumer
 from controlplane.realtime.run_consumers import RunUpdatesConsumer
 from controlplane.realtime.trainer_consumer import TrainerConsumer
 
+
+def door(route: str, consumer: type[GuardedConsumer], name: str) -> URLPattern:
+    """A route whose name is its door in the access table (controlplane/access/doors.py)."""
+    return path(route, consumer.as_asgi(door=name), name=name)
+
+
 # Browsers' sockets.
 websocket_urlpatterns = [
-    path("ws/status/", StatusConsumer.as_asgi()),
-    path("ws/runs/", RunUpdatesConsumer.as_asgi()),
-    path("ws/runs/<int:run_id>/", RunUpdatesConsumer.as_asgi()),
+    door("ws/status/", StatusConsumer, "ws-status"),
+    door("ws/runs/", RunUpdatesConsumer, "ws-runs"),
+    door("ws/runs/<int:run_id>/", RunUpdatesConsumer, "ws-run"),
 ]
 
 # Trainers' links: authenticated by their run's token, and sent without an Origin header,
 # which the origin check refuses; so they skip it (and the session middleware).
 trainer_urlpatterns = [
-    path("ws/trainer/<int:run_id>/", TrainerConsumer.as_asgi()),
+    door("ws/trainer/<int:run_id>/", TrainerConsumer, "ws-trainer"),
 ]
 
 # Browsers authenticate with their session cookie; other origins are refused.

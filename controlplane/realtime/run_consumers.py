@@ -1,23 +1,19 @@
 """Live run pages: the runs list and one run's header follow state and progress."""
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from controlplane.realtime.consumers import CLOSE_UNAUTHENTICATED
+from controlplane.access.sockets import GuardedConsumer
 from controlplane.realtime.groups import RUNS_LIST, run_group
 from controlplane.runs.models import Run
 
 
-class RunUpdatesConsumer(AsyncWebsocketConsumer):
+class RunUpdatesConsumer(GuardedConsumer):
     """Without a run id: every run's row on the runs list. With one: that run's header.
     Any message about a run (state, progress) re-renders its fragment from the database,
     so what the browser shows is what is stored."""
 
     async def connect(self) -> None:
-        if not self.scope["user"].is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
         self.group = run_group(self.run_id) if self.run_id else RUNS_LIST
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -1,6 +1,7 @@
 """The control plane's end of a trainer's link (protocol in docs/link-protocol.md).
 
-Thin on purpose: authentication, validation and storage live in `runs.telemetry`.
+Thin on purpose: who may connect is the access table's call (controlplane/access/), and
+validation and storage live in `runs.telemetry`. A link closes when its run ends.
 Order per message: validate → store (one transaction) → ack → broadcast, so a browser
 never sees a point the database does not have, and a lost broadcast loses nothing.
 """
@@ -9,50 +10,52 @@ import json
 import logging
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
-from controlplane.realtime.consumers import CLOSE_UNAUTHENTICATED
+from controlplane.access.sockets import (
+    CLOSE_FORBIDDEN,
+    CLOSE_NOT_FOUND,
+    GuardedConsumer,
+    bearer_token,
+)
+from controlplane.realtime.groups import trainer_group
 from controlplane.realtime.publish import publish_async
 from controlplane.runs import telemetry
 
 log = logging.getLogger(__name__)
 
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
+__all__ = ["CLOSE_FORBIDDEN", "CLOSE_NOT_FOUND", "CLOSE_RUN_FINISHED", "TrainerConsumer"]
+
 # Storage failed: the trainer reconnects and resends what was not acknowledged.
 CLOSE_INTERNAL_ERROR = 1011
-
-CLOSE_CODES = {
-    telemetry.Refusal.NO_TOKEN: CLOSE_UNAUTHENTICATED,
-    telemetry.Refusal.WRONG_RUN: CLOSE_FORBIDDEN,
-    telemetry.Refusal.OLD_ATTEMPT: CLOSE_FORBIDDEN,
-    telemetry.Refusal.RUN_FINISHED: CLOSE_FORBIDDEN,
-    telemetry.Refusal.NO_SUCH_RUN: CLOSE_NOT_FOUND,
-}
+# The run reached a final state while its link was open: its token is spent. A 44xx
+# code, so the trainer's client stops reconnecting.
+CLOSE_RUN_FINISHED = 4410
 
 
-def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.decode("latin1").partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-    return None
-
-
-class TrainerConsumer(AsyncWebsocketConsumer):
-    """One trainer's link for one run, authenticated by that run's token."""
+class TrainerConsumer(GuardedConsumer):
+    """One trainer's link for one run. The access table lets in only the bearer of that
+    run's token while the run is not final (controlplane/access/sockets.py)."""
 
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        token = bearer_token(self.scope.get("headers", []))
-        refusal = await database_sync_to_async(telemetry.link_refusal)(self.run_id, token)
-        if refusal is not None:
-            log.info("trainer link for run %s refused: %s", self.run_id, refusal.value)
-            await self.close(code=CLOSE_CODES[refusal])
-            return
-        self.attempt = telemetry.link_attempt(token)
+        # The token the access check accepted names the attempt this link reports for.
+        self.attempt = telemetry.link_attempt(bearer_token(self.scope.get("headers", [])))
+        # Joined before accepting, so a run that ends from now on closes this link.
+        self.group = trainer_group(self.run_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        # The run may have ended between the access check and joining the group.
+        if await database_sync_to_async(telemetry.run_is_final)(self.run_id):
+            await self.close(code=CLOSE_RUN_FINISHED)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def link_close(self, event: dict) -> None:
+        """The run reached a final state (runs.state.transition tells its trainer group)."""
+        log.info("run %s is %s: closing its trainer link", self.run_id, event.get("state"))
+        await self.close(code=CLOSE_RUN_FINISHED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:

@@ -3,13 +3,13 @@
 from django.core import signing
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
+from controlplane.access.pages import guarded
 from controlplane.realtime.publish import publish_async, unsign_relay_payload
 
 
 @csrf_exempt  # authenticated by the signature over the body instead
-@require_POST
+@guarded
 async def relay(request: HttpRequest) -> JsonResponse:
     try:
         group, message = unsign_relay_payload(request.body)

@@ -5,7 +5,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.realtime.groups import RUNS_LIST, run_group
+from controlplane.realtime.groups import RUNS_LIST, run_group, trainer_group
 from controlplane.realtime.publish import publish
 from controlplane.runs.models import FINAL_STATES, Run, RunEvent, RunState
 
@@ -62,6 +62,8 @@ def transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
         )
         message = {"type": "run.state", "run": run.pk, "state": to, "reason": reason}
         transaction.on_commit(lambda: _announce(run.pk, message))
+        if to in FINAL_STATES or to == RunState.INTERRUPTED:  # its token is spent
+            transaction.on_commit(lambda: _close_trainer_links(run.pk, to))
     return run
 
 
@@ -81,3 +83,12 @@ def try_transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run
         return transition(run_id, to, reason, **fields)
     except IllegalTransition:
         return Run.objects.get(pk=run_id)
+
+
+def _close_trainer_links(run_id: int, state: str) -> None:
+    """A final run's token is spent: close the links still open with it. Best effort:
+    a link that misses this is refused at its next connect anyway."""
+    try:
+        publish(trainer_group(run_id), {"type": "link.close", "run": run_id, "state": state})
+    except Exception:  # the state is stored; nothing here may undo or hide that
+        log.warning("run %s: could not close its trainer links", run_id, exc_info=True)

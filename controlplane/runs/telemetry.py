@@ -13,7 +13,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from controlplane.realtime.groups import RUNS_LIST, run_group
-from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, TelemetryBatch
+from controlplane.runs.models import (
+    ACTIVE_STATES,
+    MetricPoint,
+    Run,
+    RunEvent,
+    RunState,
+    TelemetryBatch,
+)
 from controlplane.runs.state import try_transition
 from controlplane.runs.tokens import read_run_token
 from trainer.link import protocol
@@ -54,6 +61,11 @@ def link_attempt(token: str) -> int:
     claims = read_run_token(token)
     assert claims is not None
     return claims.attempt
+
+
+def run_is_final(run_id: int) -> bool:
+    """A run token is spent once its run is no longer active (or gone)."""
+    return not Run.objects.filter(pk=run_id, state__in=ACTIVE_STATES).exists()
 
 
 def parse_message(text: str) -> dict[str, Any]:

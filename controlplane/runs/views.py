@@ -1,11 +1,10 @@
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
-from controlplane.api.roles import has_role
+from controlplane.access.doors import may
+from controlplane.access.pages import guarded
 from controlplane.experiments.services import config_diff
 from controlplane.runs import artifacts
 from controlplane.runs.cancellation import request_cancel
@@ -37,7 +36,7 @@ def runs_for(params) -> tuple:
     return runs, filters
 
 
-@login_required
+@guarded
 def run_list(request: HttpRequest) -> HttpResponse:
     runs, filters = runs_for(request.GET)
     page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -48,7 +47,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@guarded
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("experiment", "revision"), pk=run_id)
     return render(
@@ -57,15 +56,16 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         {
             "run": run,
             "events": run.events.all(),
-            "can_stop": has_role(request.user, "operator") and not run.is_final,
-            "can_resume": has_role(request.user, "operator") and run.state == RunState.INTERRUPTED,
+            "can_stop": may(request.user, "run-stop", "POST") and not run.is_final,
+            "can_resume": may(request.user, "run-resume", "POST")
+            and run.state == RunState.INTERRUPTED,
             "files": artifacts.list_artifacts(run.pk),
             "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
         },
     )
 
 
-@login_required
+@guarded
 def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
@@ -80,24 +80,18 @@ def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/_logs.html", {"run": run, "tail": tail})
 
 
-@login_required
-@require_POST
+@guarded
 def run_stop(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
-    if not has_role(request.user, "operator"):
-        return HttpResponseForbidden("Stopping runs needs the operator role.")
     if not run.is_final:
         request_cancel(run.pk, f"cancelled by {request.user}")
         messages.info(request, f"Stopping run {run.pk}…")
     return redirect("run-detail", run_id=run.pk)
 
 
-@login_required
-@require_POST
+@guarded
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
-    if not has_role(request.user, "operator"):
-        return HttpResponseForbidden("Resuming runs needs the operator role.")
     try:
         resume(run.pk, by=request.user)
     except CannotResume as error:
@@ -107,7 +101,7 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
     return redirect("run-detail", run_id=run.pk)
 
 
-@login_required
+@guarded
 def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
@@ -117,7 +111,7 @@ def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
     return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
 
 
-@login_required
+@guarded
 def run_diff(request: HttpRequest, run_id: int, other_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     other = get_object_or_404(Run, pk=other_id)

@@ -4,7 +4,7 @@ anonymous visitors to the login page."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from controlplane.core.bootstrap import ensure_admin, seed_demo
+from controlplane.core.bootstrap import seed_demo
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def test_it_serves_every_page_to_a_logged_in_user(user_client, path):
     assert user_client.get(path).status_code == 200
 
 
-@pytest.mark.parametrize("path", PAGES[:-1])
+@pytest.mark.parametrize("path", PAGES)
 def test_it_sends_anonymous_visitors_to_the_login_page(client, path):
     response = client.get(path)
     assert response.status_code == 302
@@ -34,6 +34,12 @@ def test_the_api_docs_are_served_without_a_cdn(user_client):
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert "cdn" not in html.lower()
     assert user_client.get("/api/v1/schema/").status_code == 200
+
+
+def test_the_api_schema_needs_credentials(client):
+    response = client.get("/api/v1/schema/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
 
 
 def test_htmx_and_its_websocket_extension_come_from_local_static_files(user_client):
@@ -49,14 +55,7 @@ def test_the_demo_shows_on_the_experiments_and_cluster_pages(user_client):
     assert "one-machine" in user_client.get("/cluster/").content.decode()
 
 
-def test_setup_is_idempotent(settings, tmp_path, monkeypatch):
-    settings.VAR_DIR = tmp_path
-    monkeypatch.delenv("ARMATURE_ADMIN_PASSWORD", raising=False)
-    first = ensure_admin()
-    again = ensure_admin()
-    assert first.created and not again.created
-    assert first.password == again.password == (tmp_path / "admin_password").read_text()
-    assert get_user_model().objects.get(username="admin").check_password(first.password)
+def test_the_demo_is_seeded_once():
     assert seed_demo() == seed_demo()
 
 

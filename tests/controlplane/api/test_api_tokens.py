@@ -86,6 +86,26 @@ def test_a_revoked_token_gets_401_saying_so():
     )
 
 
+def test_a_token_works_until_it_expires():
+    user = user_with_role("ada", "admin")
+    soon = timezone.now() + timedelta(minutes=5)
+    token, plain = tokens.create_token(user, "short CI", expires_at=soon)
+    assert ApiToken.objects.get(pk=token.pk).expires_at == soon
+    assert bearer(plain).get("/api/v1/clusters").status_code == 200
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = bearer(plain).get("/api/v1/clusters")
+    assert response.status_code == 401
+    assert response.json()["detail"].startswith(
+        f"API token 'short CI' (arm_{token.prefix}) expired on "
+    )
+
+
+def test_a_token_without_an_expiry_never_expires():
+    token, plain = tokens.create_token(user_with_role("ada"), "CI")
+    assert token.expires_at is None and not token.is_expired
+    assert bearer(plain).get("/api/v1/clusters").status_code == 200
+
+
 @pytest.mark.parametrize(
     ("header", "detail"),
     [

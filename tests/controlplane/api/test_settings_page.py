@@ -1,11 +1,13 @@
 """The Settings page: the user's role, their API tokens, create (shown once) and revoke."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
+from django.utils import timezone
 
 from controlplane.api import tokens
 from controlplane.api.models import ApiToken
@@ -43,7 +45,7 @@ def test_it_shows_the_role_and_the_nav_link(browser_client):
 
 
 def test_it_creates_a_token_shown_once_that_works(browser_client, user):
-    created = browser_client.post("/settings/tokens", {"name": "GitHub CI"})
+    created = browser_client.post("/settings/tokens", {"name": "GitHub CI", "expires": "never"})
     assert created.status_code == 200
     assert "no-store" in created["Cache-Control"]
     page = created.content.decode()
@@ -62,7 +64,7 @@ def test_it_creates_a_token_shown_once_that_works(browser_client, user):
 
 
 def test_a_token_needs_a_name(browser_client):
-    response = browser_client.post("/settings/tokens", {"name": ""})
+    response = browser_client.post("/settings/tokens", {"name": "", "expires": "30"})
     assert response.status_code == 400
     assert "This field is required." in response.content.decode()
     assert not ApiToken.objects.exists()
@@ -95,3 +97,42 @@ def test_it_neither_lists_nor_revokes_someone_elses_token(browser_client):
     assert "bobs-token" not in browser_client.get("/settings/").content.decode()
     assert browser_client.post(f"/settings/tokens/{token.pk}/revoke").status_code == 404
     assert ApiToken.objects.get(pk=token.pk).revoked_at is None
+
+
+@pytest.mark.parametrize(("choice", "days"), [("7", 7), ("30", 30), ("90", 90), ("365", 365)])
+def test_a_token_can_be_given_an_expiry(browser_client, user, choice, days):
+    before = timezone.now()
+    created = browser_client.post("/settings/tokens", {"name": "CI", "expires": choice})
+    assert created.status_code == 200
+    token = ApiToken.objects.get(user=user)
+    lifetime = timedelta(days=days)
+    assert before + lifetime <= token.expires_at <= timezone.now() + lifetime
+    assert token.expires_at.strftime("%Y-%m-%d %H:%M") in created.content.decode()
+
+
+def test_the_form_offers_expiries_with_90_days_first_chosen(browser_client):
+    page = browser_client.get("/settings/").content.decode()
+    assert '<select name="expires"' in page
+    assert '<option value="90" selected>in 90 days</option>' in page
+    assert '<option value="never">never</option>' in page
+
+
+def test_an_unknown_expiry_is_refused(browser_client):
+    response = browser_client.post("/settings/tokens", {"name": "CI", "expires": "forever"})
+    assert response.status_code == 400
+    assert not ApiToken.objects.exists()
+
+
+def test_the_list_shows_last_use_and_expiry(browser_client, user):
+    used, plain = tokens.create_token(user, "used", expires_at=timezone.now() + timedelta(days=3))
+    tokens.authenticate_token(plain)
+    tokens.create_token(user, "forever")
+    gone, _ = tokens.create_token(user, "gone", expires_at=timezone.now() - timedelta(days=1))
+    page = browser_client.get("/settings/").content.decode()
+    assert "<th>Last used</th><th>Expires</th>" in page
+    row = page[page.index(f'data-token="{used.prefix}"') :].split("</tr>")[0]
+    used = ApiToken.objects.get(pk=used.pk)
+    assert used.last_used_at.strftime("%Y-%m-%d %H:%M") in row
+    assert used.expires_at.strftime("%Y-%m-%d %H:%M") in row and "active" in row
+    expired = page[page.index(f'data-token="{gone.prefix}"') :].split("</tr>")[0]
+    assert "expired" in expired and "Revoke" not in expired

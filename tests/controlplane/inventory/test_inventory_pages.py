@@ -1,9 +1,10 @@
 """Inventory pages: import, detail, YAML editing with validation, export, robots and the
-placement preview fragment."""
+placement preview fragment. Everyone logged in reads the inventory; admins write it."""
 
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from controlplane.inventory.models import Cluster
@@ -16,7 +17,18 @@ TWO_NODES = (settings.BASE_DIR / "examples/clusters/two_nodes.yaml").read_text()
 
 @pytest.fixture
 def user_client(client):
-    client.force_login(get_user_model().objects.create_user("ada"))
+    """An admin: the inventory is shared by every run, so only admins change it."""
+    admin = get_user_model().objects.create_user("ada")
+    admin.groups.add(Group.objects.get_or_create(name="admin")[0])
+    client.force_login(admin)
+    return client
+
+
+@pytest.fixture
+def operator_client(client):
+    operator = get_user_model().objects.create_user("otto")
+    operator.groups.add(Group.objects.get_or_create(name="operator")[0])
+    client.force_login(operator)
     return client
 
 
@@ -100,3 +112,27 @@ def test_the_robots_page_lists_robots(user_client):
 
 def test_unknown_clusters_are_404(user_client):
     assert user_client.get("/cluster/nope/").status_code == 404
+
+
+def test_only_admins_import_or_edit_clusters(operator_client):
+    import_cluster_yaml("lab", TWO_NODES)
+    imported = operator_client.post("/cluster/", {"name": "lab2", "yaml_text": TWO_NODES})
+    assert imported.status_code == 403
+    assert "This needs the admin role; you are operator." in imported.content.decode()
+    assert operator_client.get("/cluster/lab/edit/").status_code == 403
+    edited = operator_client.post("/cluster/lab/edit/", {"yaml_text": "cluster: {num_nodes: 3}"})
+    assert edited.status_code == 403
+    assert list(Cluster.objects.values_list("name", "num_nodes")) == [("lab", 2)]
+
+
+def test_non_admins_are_not_offered_the_import_form_or_the_editor(operator_client):
+    import_cluster_yaml("lab", TWO_NODES)
+    listing = operator_client.get("/cluster/").content.decode()
+    assert 'id="import"' not in listing and "Admins import and edit clusters." in listing
+    assert "/cluster/lab/edit/" not in operator_client.get("/cluster/lab/").content.decode()
+
+
+def test_admins_are_offered_both(user_client):
+    import_cluster_yaml("lab", TWO_NODES)
+    assert 'id="import"' in user_client.get("/cluster/").content.decode()
+    assert "/cluster/lab/edit/" in user_client.get("/cluster/lab/").content.decode()

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from honcho.manager import Manager
 
-from controlplane.core.bootstrap import ensure_admin, seed_demo
+from controlplane.core.bootstrap import AdminAccount, ensure_admin, seed_demo
 from controlplane.core.stack import (
     RAY_HEAD_ENV,
     RayHeadPorts,
@@ -66,6 +66,23 @@ class StackManager(Manager):
         super().terminate()
 
 
+def admin_login_hint(admin: AdminAccount) -> str:
+    """How to log in: the password itself only at the start that set it."""
+    if admin.password is not None:
+        kept = (
+            f"; also in {admin.password_file}, readable only by you"
+            if admin.password_file.exists()
+            else ""
+        )
+        return f"log in as {admin.username} / {admin.password}{kept}"
+    if admin.password_file.exists():
+        return f"log in as {admin.username}; its password is in {admin.password_file}"
+    return (
+        f"log in as {admin.username} with the password set at the first start; "
+        "./armature reset-admin-password sets a new one"
+    )
+
+
 class Command(BaseCommand):
     help = "Migrate, create the admin and the demo, then run web, worker and Ray until Ctrl-C."
 
@@ -114,10 +131,7 @@ class Command(BaseCommand):
         )
 
         self.stdout.write(
-            self.style.SUCCESS(
-                f"\nArmature: http://{host}:{port}/  (log in as "
-                f"{admin.username} / {admin.password})"
-            )
+            self.style.SUCCESS(f"\nArmature: http://{host}:{port}/  ({admin_login_hint(admin)})")
         )
         self.stdout.write(
             f"Ray: {ray_address}   Database: {settings.DATABASES['default']['ENGINE']}"
