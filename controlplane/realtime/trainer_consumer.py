@@ -28,7 +28,7 @@ __all__ = ["CLOSE_FORBIDDEN", "CLOSE_NOT_FOUND", "CLOSE_RUN_FINISHED", "TrainerC
 # Storage failed: the trainer reconnects and resends what was not acknowledged.
 CLOSE_INTERNAL_ERROR = 1011
 # The run reached a final state while its link was open: its token is spent. A 44xx
-# code, so the trainer's client stops reconnecting.
+# code, so the trainer's client stops reconnecting (trainer.link.client.CLOSE_RUN_ENDED).
 CLOSE_RUN_FINISHED = 4410
 
 

@@ -42,6 +42,9 @@ OPEN_TIMEOUT_S = 5.0
 # How long the sender waits for a reply before looking for new messages to send.
 POLL_S = 0.05
 DEFAULT_FLUSH_TIMEOUT_S = 10.0
+# The control plane closes a run's links with this code once the run has ended (its
+# token is spent): nothing to retry, nothing to warn about.
+CLOSE_RUN_ENDED = 4410
 # How often the acknowledged-through mark is written to the spool (a stale mark only
 # makes the control plane skip duplicates when it ingests the spool).
 ACK_MARK_INTERVAL_S = 0.5
@@ -213,6 +216,9 @@ class TrainerLink:
                 return
             except ConnectionClosed as error:
                 code = error.rcvd.code if error.rcvd is not None else None
+                if code == CLOSE_RUN_ENDED:
+                    self._refuse("the run has ended", expected=True)
+                    return
                 if code is not None and 4400 <= code < 4500:
                     self._refuse(f"closed with {code} {error.rcvd.reason}")
                     return
@@ -277,8 +283,12 @@ class TrainerLink:
             if not self._pending:
                 self._acked_all.notify_all()
 
-    def _refuse(self, why: str) -> None:
-        log.warning("link to %s refused (%s); training continues without it", self.endpoint, why)
+    def _refuse(self, why: str, expected: bool = False) -> None:
+        if expected:  # e.g. the run ended once the trainer said it finished
+            log.info("link to %s closed: %s", self.endpoint, why)
+        else:
+            log.warning("link to %s refused (%s); training continues without it",
+                        self.endpoint, why)  # fmt: skip
         with self._lock:
             self.refused = why
             self._pending.clear()
