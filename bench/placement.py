@@ -127,9 +127,9 @@ def baseline(cluster: Cluster) -> list[dict[str, Any]]:
     """The straightforward resolution: same inputs, same checks, the same fields per process.
     Cluster validation is shared code, so both sides include the same call."""
     validate_cluster(cluster)
-    # Each node's env vars and interpreter, merged from every env config.
-    node_env: dict[int, dict[str, str]] = {rank: {} for rank in range(cluster.num_nodes)}
-    node_python: dict[int, str | None] = dict.fromkeys(range(cluster.num_nodes))
+    # Each group's env vars and interpreter per node (a process gets its group's).
+    group_env: dict[tuple[str, int], dict[str, str]] = {}
+    group_python: dict[tuple[str, int], str | None] = {}
     node_gpus: dict[int, int] = dict.fromkeys(range(cluster.num_nodes), 0)
     for group in cluster.node_groups:
         for rank in group.node_ranks:
@@ -137,12 +137,13 @@ def baseline(cluster: Cluster) -> list[dict[str, Any]]:
                 node_gpus[rank] = group.accelerators.count
         for env in group.env_configs:
             for rank in env.node_ranks:
+                node_env = group_env.setdefault((group.label, rank), {})
                 for key, value in env.env_vars:
-                    if key in node_env[rank]:
+                    if key in node_env:
                         raise ValueError(f"{key} set twice on node {rank}")
-                    node_env[rank][key] = value
+                    node_env[key] = value
                 if env.python_interpreter_path:
-                    node_python[rank] = env.python_interpreter_path
+                    group_python[(group.label, rank)] = env.python_interpreter_path
     records: list[dict[str, Any]] = []
     for component, rule in cluster.component_placement.items():
         group = cluster.group(rule["node_group"])
@@ -205,9 +206,13 @@ def baseline(cluster: Cluster) -> list[dict[str, Any]]:
         for process in sorted(process_resources):
             entries = [table[resource] for resource in process_resources[process]]
             node = entries[0][0]
-            visible = tuple(entry[1] for entry in entries if entry[2])
-            env = dict(node_env[node])
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in visible)
+            env = dict(group_env.get((group.label, node), {}))
+            if entries[0][2]:  # on accelerators: its own
+                visible = tuple(entry[1] for entry in entries)
+            else:  # on robots: every accelerator of the node, none declared: no variable
+                visible = tuple(range(node_gpus[node]))
+            if entries[0][2] or visible:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in visible)
             records.append(
                 {
                     "component": component,
@@ -220,7 +225,7 @@ def baseline(cluster: Cluster) -> list[dict[str, Any]]:
                     "local_hardware_ranks": tuple(entry[1] for entry in entries),
                     "visible_accelerators": visible,
                     "env_vars": env,
-                    "python_interpreter_path": node_python[node],
+                    "python_interpreter_path": group_python.get((group.label, node)),
                 }
             )
     return records

@@ -29,6 +29,16 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ValueError(f"{name}={raw!r} is not a boolean (use one of 1/0, true/false, yes/no)")
 
 
+def env_int(name: str, default: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import dj_database_url
 
-from controlplane.env import artifacts_dir, env_bool, env_list, env_str, persistent_secret
+from controlplane.env import (
+    artifacts_dir,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+    persistent_secret,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ARMATURE_VAR_DIR", str(BASE_DIR / "var")))
@@ -19,6 +26,20 @@ SECRET_KEY = env_str("SECRET_KEY") or persistent_secret(VAR_DIR / "secret_key")
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+# --- HTTPS --------------------------------------------------------------------------------
+# Off by default: the one-machine mode serves plain HTTP on localhost. docker-compose.yml
+# turns them on, for a deployment behind a proxy that terminates TLS (deploy/ENVIRONMENT.md).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("ARMATURE_SECURE_COOKIES", False)
+SECURE_SSL_REDIRECT = env_bool("ARMATURE_SSL_REDIRECT", False)
+# Health probes (compose, Kubernetes) speak plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("ARMATURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("ARMATURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("ARMATURE_HSTS_PRELOAD", True)
+if env_bool("ARMATURE_TRUST_X_FORWARDED_PROTO", False):
+    # Only behind a proxy that sets this header itself: otherwise a client could claim HTTPS.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "daphne",
@@ -50,6 +71,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Before any view or CSRF check reads the body; after auth so its page shows the user.
+    "controlplane.core.body_limit.RequestBodyLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -77,9 +100,15 @@ TEMPLATES = [
 
 # --- Database -----------------------------------------------------------------
 SQLITE_PATH = VAR_DIR / "armature.sqlite3"
+# Connections are kept (per thread) for this many seconds: a trainer link stores a batch
+# every few milliseconds, and a new PostgreSQL connection per batch costs more than the
+# batch. 0 closes after each request or socket message.
+DB_CONN_MAX_AGE = int(env_str("DB_CONN_MAX_AGE", "60"))
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}", conn_max_age=0
+        env_str("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}",
+        conn_max_age=DB_CONN_MAX_AGE,
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -103,7 +132,11 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+            # channels-redis keeps every message bound for one process's consumers in
+            # one queue, so its capacity is shared by all the browsers and trainer
+            # links of a web process: the default 100 overflowed (messages dropped)
+            # with 10 runs streaming to 10 browsers (bench/telemetry.py).
+            "CONFIG": {"hosts": [{"address": REDIS_URL}], "capacity": 2000},
         }
     }
 else:
@@ -142,6 +175,9 @@ ARMATURE_WEB_URL = env_str("ARMATURE_WEB_URL", "http://127.0.0.1:8000").rstrip("
 # --- Ray ---------------------------------------------------------------------------------
 # The Ray dashboard / Jobs API address. `./armature up` starts a local head and sets it.
 RAY_ADDRESS = env_str("RAY_ADDRESS", "http://127.0.0.1:8265")
+# The token of a Ray cluster started with RAY_AUTH_MODE=token, sent with every request
+# to RAY_ADDRESS (controlplane/core/ray_auth.py).
+RAY_AUTH_TOKEN = env_str("RAY_AUTH_TOKEN")
 
 # --- Auth, static files, i18n ---------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -161,6 +197,11 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "controlplane.access.logins.locked_out"
 LOGIN_URL = "login"
+
+# Request bodies past this get 413 (controlplane.core.body_limit); YAML documents inside
+# them have their own limits (ARMATURE_YAML_*, read by trainer.bounded_yaml).
+MAX_REQUEST_BYTES = int(env_str("ARMATURE_MAX_REQUEST_BYTES", str(2**20)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
@@ -186,6 +227,12 @@ REST_FRAMEWORK = {
     ],
     # Every route's rule is in the access table (controlplane/access/doors.py).
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.access.api.DoorPermission"],
+    # JSON with the same nesting bound as YAML; forms as DRF reads them by default.
+    "DEFAULT_PARSER_CLASSES": [
+        "controlplane.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
 }

@@ -6,7 +6,7 @@ from controlplane.access.pages import guarded
 from controlplane.api import settings_views
 from controlplane.console.views import console_index
 from controlplane.core.views import healthz, home
-from controlplane.realtime.publish import RELAY_PATH
+from controlplane.realtime.publish import RELAY_PATH, relay_is_served
 from controlplane.realtime.views import relay
 
 urlpatterns = [
@@ -27,5 +27,8 @@ urlpatterns = [
     path("login/", guarded(auth_views.LoginView.as_view()), name="login"),
     path("logout/", guarded(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),
-    path(RELAY_PATH.lstrip("/"), relay, name="realtime-relay"),
 ]
+if relay_is_served():
+    # The one-machine mode's in-memory channel layer: other processes publish through
+    # the web server. With Redis every process publishes directly; no relay is mounted.
+    urlpatterns.append(path(RELAY_PATH.lstrip("/"), relay, name="realtime-relay"))

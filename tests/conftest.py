@@ -20,6 +20,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    """Each test gets channel layers of its own. A Redis layer keeps its receive lock
+    across calls; a test whose event loop ends while a receive holds it would leave
+    the next test's loop a lock bound to a dead loop ("bound to a different event
+    loop")."""
+    yield
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+
+
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory):
     """A local Ray cluster (head with dashboard) of this test session's own."""
@@ -41,6 +53,14 @@ def stack_factory(django_db_setup, tmp_path_factory: pytest.TempPathFactory):
     yield make
     for stack in stacks:
         stack.close()
+
+
+@pytest.fixture
+def web(stack_factory) -> Stack:
+    """A live web server (daphne) against the test database."""
+    stack = stack_factory()
+    stack.start_web()
+    return stack
 
 
 @pytest.fixture(scope="module")

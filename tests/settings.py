@@ -16,3 +16,7 @@ from controlplane.settings import *  # noqa: E402,F403
 # Django's default hasher takes most of a second per password on purpose; tests that log
 # in and fail repeatedly (the login rate limit) need no such cost.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Connections close after each request or socket message, as they did before they were
+# kept: a kept one would stop the test database from being dropped at the end.
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

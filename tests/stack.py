@@ -33,36 +33,39 @@ def test_database_url() -> str:
 class RayHead:
     """A Ray head of the test run's own, on free ports; never touches other Ray processes."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(
+        self,
+        log_dir: Path,
+        ports: RayHeadPorts | None = None,
+        env: dict[str, str] | None = None,
+        token: str = "",
+    ):
+        """`env` overrides RAY_HEAD_ENV (e.g. RAY_AUTH_MODE=token); `token` is what the
+        test sends to reach a head started with token authentication."""
         self.temp_dir = Path(tempfile.mkdtemp(prefix="armray-"))
-        self.ports = RayHeadPorts(
-            gcs=free_port(),
-            dashboard=free_port(),
-            client_server=free_port(),
-            dashboard_agent_listen=free_port(),
-            extra={
-                "node-manager-port": free_port(),
-                "object-manager-port": free_port(),
-                "metrics-export-port": free_port(),
-                "dashboard-agent-grpc-port": free_port(),
-                "runtime-env-agent-port": free_port(),
-            },
-        )
+        self.ports = ports or RayHeadPorts.choose()
         self.url = dashboard_url(self.ports)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.process = start(
             ray_head_command(self.temp_dir, self.ports, num_cpus=2),
-            {**os.environ, **RAY_HEAD_ENV},
+            {**os.environ, **RAY_HEAD_ENV, **(env or {})},
             log_dir / "ray-head.log",
         )
-        wait_until(lambda: http_ok(f"{self.url}/api/version"), 90, "the Ray dashboard")
-        wait_until(self._node_alive, 60, "a live Ray node")
+        self.wait_ready()
 
-    def _node_alive(self) -> bool:
+    def wait_ready(self) -> None:
+        wait_until(lambda: self._get("/api/version") is not None, 90, "the Ray dashboard")
+        wait_until(
+            lambda: b'"ALIVE"' in (self._get("/api/v0/nodes?limit=1") or b""), 60, "a live node"
+        )
+
+    def _get(self, path: str) -> bytes | None:
+        request = urllib.request.Request(self.url + path, headers=self.headers)
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v0/nodes?limit=1", timeout=2) as reply:
-                return b'"ALIVE"' in reply.read()
+            with urllib.request.urlopen(request, timeout=2) as reply:
+                return reply.read()
         except OSError:
-            return False
+            return None
 
     def close(self) -> None:
         stop(self.process)

@@ -12,7 +12,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES = ("trainer.cluster.cli", "trainer.runner.cli", "trainer.runtime.discover_cli")
+COMMAND_MODULES = (
+    "trainer.cluster.cli",
+    "trainer.runner.cli",
+    "trainer.evaluation.cli",
+    "trainer.runtime.discover_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

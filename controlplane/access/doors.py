@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from controlplane.access.roles import has_role, role_of
+from controlplane.realtime.publish import RELAY_PATH
 
 
 class Rule(enum.StrEnum):
@@ -47,6 +48,9 @@ class Door:
     kind: Kind
     what: str
     rules: Mapping[str, Rule] = field(default_factory=dict)
+    # For a door mounted only in the one-machine mode (no Redis channel layer): its path,
+    # so the table stays the same in both modes.
+    one_machine_path: str = ""
 
     def rule(self, method: str) -> Rule | None:
         method = method.upper()
@@ -95,14 +99,17 @@ DOORS: dict[str, Door] = {
     "run-logs": page("a run's log tail", GET=VIEWER),
     "run-stop": page("stop a run", POST=OPERATOR),
     "run-resume": page("resume an interrupted run", POST=OPERATOR),
+    "run-evaluate": page("evaluate a run's checkpoint (launches an eval run)", POST=OPERATOR),
     "run-file": page("download one of a run's files", GET=VIEWER),
     "run-diff": page("config diff of two runs", GET=VIEWER),
+    "run-compare": page("charts of several runs overlaid", GET=VIEWER),
     "experiment-list": page("experiments; create one", GET=VIEWER, POST=OPERATOR),
     "experiment-validate": page("validate a config as you type", POST=VIEWER),
     "experiment-detail": page("an experiment; save a revision", GET=VIEWER, POST=OPERATOR),
     "experiment-diff": page("diff of two revisions", GET=VIEWER),
     "experiment-clone": page("clone an experiment", POST=OPERATOR),
     "experiment-launch": page("launch a run", POST=OPERATOR),
+    "run-launch": page("launch a run of a chosen experiment (Home's dialog)", POST=OPERATOR),
     "experiment-launch-preview": page("placement of a launch", GET=VIEWER),
     "cluster-list": page("clusters; import one", GET=VIEWER, POST=ADMIN),
     "cluster-validate": page("validate a cluster YAML as you type", POST=VIEWER),
@@ -114,7 +121,12 @@ DOORS: dict[str, Door] = {
     "robot-list": page("robots", GET=VIEWER),
     "console": page("operator console", GET=VIEWER),
     "api-docs": page("the API docs (Swagger UI)", GET=VIEWER),
-    "realtime-relay": page("other processes publish to browsers", POST=Rule.SIGNED),
+    "realtime-relay": Door(
+        Kind.PAGE,
+        "other processes publish to browsers (one-machine mode only: not mounted with Redis)",
+        {"POST": Rule.SIGNED},
+        one_machine_path=RELAY_PATH,
+    ),
     # --- REST API (/api/v1/) -----------------------------------------------------------
     "api-root": api("the API's index", GET=VIEWER),
     "api-schema": api("the OpenAPI schema", GET=VIEWER),
@@ -132,16 +144,24 @@ DOORS: dict[str, Door] = {
     "api-run-detail": api("a run", GET=VIEWER),
     "api-run-cancel": api("cancel a run", POST=OPERATOR),
     "api-run-resume": api("resume an interrupted run", POST=OPERATOR),
+    "api-run-evaluate": api("evaluate a run's checkpoint (launches an eval run)", POST=OPERATOR),
+    "api-run-evaluation": api("an eval run's per-task table", GET=VIEWER),
+    "api-run-evaluations": api("a run's evaluations with their averages", GET=VIEWER),
     "api-run-artifacts": api("a run's files with their sizes", GET=VIEWER),
     "api-run-artifact": api("download one of a run's files", GET=VIEWER),
     "api-run-reconcile": api("re-read a run's Ray job", POST=OPERATOR),
     "api-run-logs": api("a run's logs", GET=VIEWER),
     "api-run-events": api("a run's events", GET=VIEWER),
-    "api-run-metrics": api("a run's metrics", GET=VIEWER),
+    "api-run-metrics": api(
+        "a run's metrics: one key's points by page, or each key's latest", GET=VIEWER
+    ),
+    "api-run-series": api("a run's metric series, downsampled into buckets", GET=VIEWER),
+    "api-run-latest": api("every metric's latest value of a run", GET=VIEWER),
+    "api-run-success": api("a run's success per horizon and task, from summed counts", GET=VIEWER),
     # --- WebSockets ---------------------------------------------------------------------
     "ws-status": socket("live system status panel", VIEWER),
     "ws-runs": socket("live runs list", VIEWER),
-    "ws-run": socket("live header of one run", VIEWER),
+    "ws-run": socket("live header, events and metric points of one run", VIEWER),
     "ws-trainer": socket("a trainer's link for its run", Rule.RUN_TOKEN),
     # --- Parts of an answer -------------------------------------------------------------
     "healthz-detail": part("/healthz's latency, detail and topology per component", VIEWER),

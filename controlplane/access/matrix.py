@@ -90,8 +90,13 @@ def doors_without_rules() -> list[str]:
 
 def rules_without_doors() -> list[str]:
     """Rows whose URL or route is gone."""
+    from controlplane.realtime.publish import relay_is_served
+
     named = {r.name for r in http_routes() + socket_routes()}
-    return sorted(n for n, d in DOORS.items() if d.kind is not Kind.PART and n not in named)
+    unmounted = set() if relay_is_served() else {n for n, d in DOORS.items() if d.one_machine_path}
+    return sorted(
+        n for n, d in DOORS.items() if d.kind is not Kind.PART and n not in named | unmounted
+    )
 
 
 class Caller(enum.Enum):
@@ -156,7 +161,10 @@ def render() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     paths = {r.name: r.path for r in http_routes() + socket_routes()}
-    rows = [(paths.get(name, "—"), name, door) for name, door in DOORS.items()]
+    rows = [
+        (paths.get(name) or door.one_machine_path or "—", name, door)
+        for name, door in DOORS.items()
+    ]
     rows.append(("/admin/…", f"{ADMIN_SITE_NAMESPACE}:*", ADMIN_SITE))
     for path, name, door in rows:
         cell = f"`{path}`" if path != "—" else path

@@ -51,3 +51,10 @@ def guarded(view: Callable) -> Callable:
         return refused if refused is not None else view(request, *args, **kwargs)
 
     return check
+
+
+def refused_status(request: HttpRequest, refused: object) -> int:
+    """A form page (or htmx validation fragment) answering with refused input (`refused`
+    is truthy: the issues, the form's errors) answers 422, so scripts and tests see the
+    refusal; base.html tells htmx to swap 422 fragments in."""
+    return 422 if request.method == "POST" and refused else 200

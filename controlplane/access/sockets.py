@@ -6,6 +6,7 @@ A refused socket is closed before the handshake completes, with a code that says
 
 import logging
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -63,6 +64,18 @@ class GuardedConsumer(AsyncWebsocketConsumer):
     def __init__(self, *args, door: str = "", **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.door = door or self.door
+
+    async def dispatch(self, message: dict) -> None:
+        """Channels' own dispatch first closes stale database connections, a hop to the
+        one thread it shares with every consumer, for every frame and every channel-layer
+        message. Under a trainer's stream those hops queue behind each other and the
+        consumers fall behind (browsers' channels overflow). Ours reach the database only
+        through `database_sync_to_async`, which closes stale connections around each
+        call, so the hop is skipped."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def websocket_connect(self, message: dict) -> None:
         code = await refusal_code(self.scope, self.door)

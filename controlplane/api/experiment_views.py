@@ -17,10 +17,16 @@ from controlplane.api.serializers import (
 from controlplane.experiments import services
 from controlplane.experiments.models import Experiment
 from trainer.config.errors import ConfigError
+from trainer.config.source_lines import problem_lines
 
 
-def config_problems(error: ConfigError) -> Response:
-    errors = [{"path": p.path, "message": p.message} for p in error.problems]
+def config_problems(error: ConfigError, text: str = "") -> Response:
+    """400 listing every problem by key path, with its line in `text` where known."""
+    lines = problem_lines(error.problems, text)
+    errors = [
+        {"path": p.path, "message": p.message, "line": line}
+        for p, line in zip(error.problems, lines, strict=True)
+    ]
     return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)
 
 
@@ -40,7 +46,7 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
                 tags=data["tags"], author=request.user,
             )  # fmt: skip
         except ConfigError as error:
-            return config_problems(error)
+            return config_problems(error, data["config_yaml"])
         except IntegrityError:
             return Response(
                 {"name": [f"An experiment named {data['name']!r} exists."]},
@@ -67,7 +73,7 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
                 message=body.validated_data["message"],
             )  # fmt: skip
         except ConfigError as error:
-            return config_problems(error)
+            return config_problems(error, body.validated_data["config_yaml"])
         unchanged = latest is not None and revision.pk == latest.pk
         return Response(
             RevisionSerializer(revision).data,

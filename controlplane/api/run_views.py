@@ -1,46 +1,88 @@
 """REST endpoints of runs: launch (with an Idempotency-Key), status, cancel, resume,
 logs, events, metrics and the run's files."""
 
-from django.db.models import OuterRef, Subquery
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.experiment_views import config_problems
-from controlplane.api.serializers import ArtifactSerializer, RunCreateSerializer, RunSerializer
+from controlplane.api.serializers import (
+    ArtifactSerializer,
+    EvalTableSerializer,
+    EvaluateSerializer,
+    EvaluationListSerializer,
+    RunCreateSerializer,
+    RunSerializer,
+)
 from controlplane.experiments.models import Experiment
 from controlplane.inventory.models import Cluster
 from controlplane.runs import artifacts, dispatch
+from controlplane.runs import series as metric_series
 from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.eval_tables import evaluations_of, table_of
+from controlplane.runs.evaluations import EvalRequest, EvaluationRefused, request_evaluation
 from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.launch import launch_run
-from controlplane.runs.models import Run, RunState
+from controlplane.runs.models import Run
 from controlplane.runs.ray_jobs import RayJobsError
-from controlplane.runs.selectors import job_logs
+from controlplane.runs.selectors import (
+    ORDERINGS,
+    RunFilterError,
+    RunFilters,
+    job_logs,
+    runs_list,
+    with_figures,
+)
 from trainer.config.errors import ConfigError
 
 MAX_IDEMPOTENCY_KEY = 200
 
 
+class RunPagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+EVENTS_LIMIT = f"at most {metric_series.MAX_PAGE} (default {metric_series.DEFAULT_PAGE})"
+POINTS_LIMIT = (
+    f"at most {metric_series.MAX_POINTS_PAGE} (default {metric_series.DEFAULT_POINTS_PAGE})"
+)
+BUCKETS = f"at most {metric_series.MAX_BUCKETS} (default {metric_series.DEFAULT_BUCKETS})"
+RUN_LIST_PARAMETERS = [
+    OpenApiParameter("state", str, description="only runs in this state"),
+    OpenApiParameter("experiment", str, description="only runs of this experiment (name)"),
+    OpenApiParameter("tag", str, description="only runs with this tag"),
+    OpenApiParameter("creator", str, description="only runs launched by this username"),
+    OpenApiParameter("kind", str, enum=["train", "eval"], description="only runs of this kind"),
+    OpenApiParameter("ordering", str, enum=ORDERINGS, description="default -created"),
+    OpenApiParameter("page_size", int, description="at most 200 (default 50)"),
+]
+
+
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = RunSerializer
 
+    pagination_class = RunPagination
+
     def get_queryset(self):
-        runs = Run.objects.select_related("experiment", "revision", "cluster", "created_by")
-        state = self.request.query_params.get("state")
-        if state:
-            if state not in RunState.values:
-                raise ValidationError({"state": f"Unknown state; use one of {RunState.values}."})
-            runs = runs.filter(state=state)
-        experiment = self.request.query_params.get("experiment")
-        if experiment:
-            runs = runs.filter(experiment__name=experiment)
-        return runs
+        if self.action != "list":
+            return with_figures(Run.objects.select_related("experiment", "revision", "cluster"))
+        try:
+            filters = RunFilters.from_params(self.request.query_params)
+        except RunFilterError as error:
+            raise ValidationError(error.problems) from None
+        return runs_list(filters).select_related("cluster")
+
+    @extend_schema(parameters=RUN_LIST_PARAMETERS)
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(
         request=RunCreateSerializer,
@@ -51,9 +93,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = RunCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        key = request.headers.get("Idempotency-Key") or None
-        if key and len(key) > MAX_IDEMPOTENCY_KEY:
-            raise ValidationError({"Idempotency-Key": f"At most {MAX_IDEMPOTENCY_KEY} characters."})
+        key = _idempotency_key(request)
         experiment = get_object_or_404(Experiment, name=data["experiment"])
         revision = None
         if "revision" in data:
@@ -63,7 +103,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             run, created = launch_run(
                 experiment, user=request.user, revision=revision, cluster=cluster,
                 overrides=data["overrides"], idempotency_key=key,
-                timeout_s=data.get("timeout_s"),
+                timeout_s=data.get("timeout_s"), tags=data["tags"],
             )  # fmt: skip
         except ConfigError as error:
             return config_problems(error)
@@ -71,6 +111,57 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             RunSerializer(run).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
+
+    @extend_schema(
+        request=EvaluateSerializer,
+        responses={201: RunSerializer, 200: RunSerializer, 400: None},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
+    @action(detail=True, methods=["post"])
+    def evaluate(self, request: Request, pk: str) -> Response:
+        """Launch an eval run of this run's checkpoint (`python -m trainer eval`). A
+        request that cannot run answers 400 naming each field that is wrong."""
+        source = self.get_object()
+        body = EvaluateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        key = _idempotency_key(request)
+        wanted = EvalRequest(data.get("checkpoint"), data.get("suite"), data.get("tasks"),
+                             data.get("states"))  # fmt: skip
+        try:
+            run, created = request_evaluation(
+                source, wanted, user=request.user, idempotency_key=key,
+                timeout_s=data.get("timeout_s"),
+            )  # fmt: skip
+        except EvaluationRefused as error:
+            raise ValidationError({name: [text] for name, text in error.problems.items()}) from None
+        return Response(
+            RunSerializer(run).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(responses={200: EvalTableSerializer, 404: None})
+    @action(detail=True, methods=["get"])
+    def evaluation(self, request: Request, pk: str) -> Response:
+        """An eval run's per-task table (`table` is null until the trainer reports it)."""
+        run = self.get_object()
+        if not run.is_eval:
+            raise Http404(
+                f"run {run.pk} is a training run; its evaluations are at "
+                f"/api/v1/runs/{run.pk}/evaluations"
+            )
+        return Response({
+            "run": run.pk, "source_run": run.source_run_id, "checkpoint": run.source_iteration,
+            "state": run.state, "options": run.eval_options, "table": table_of(run),
+        })  # fmt: skip
+
+    @extend_schema(responses={200: EvaluationListSerializer})
+    @action(detail=True, methods=["get"])
+    def evaluations(self, request: Request, pk: str) -> Response:
+        """The run's evaluations (eval runs of its checkpoints), newest first, with their
+        suite averages."""
+        found = evaluations_of(self.get_object())
+        return Response({"results": [evaluation.to_json() for evaluation in found]})
 
     @extend_schema(request=None, responses={202: RunSerializer})
     @action(detail=True, methods=["post"])
@@ -120,23 +211,71 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise Http404(f"run {pk} has no file {path!r}") from None
         return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
 
+    @extend_schema(parameters=[
+        OpenApiParameter("after", int, description="events after this id (the cursor)"),
+        OpenApiParameter("limit", int, description=EVENTS_LIMIT),
+    ])  # fmt: skip
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
-        events = self.get_object().events.values("kind", "message", "data", "created_at")
-        return Response(list(events))
+        """The run's events, oldest first, a page at a time: `next_after` is the cursor
+        for the next page (null on the last)."""
+        run = self.get_object()
+        return _answer(lambda: metric_series.events_page(run.pk, request.query_params))
 
-    @extend_schema(parameters=[OpenApiParameter("key", str, description="a series by key")])
+    @extend_schema(parameters=[
+        OpenApiParameter("key", str, description="one key's points; without it, each key's latest"),
+        OpenApiParameter("after", int, description="points after this step (the cursor)"),
+        OpenApiParameter("limit", int, description=POINTS_LIMIT),
+    ])  # fmt: skip
     @action(detail=True, methods=["get"])
     def metrics(self, request: Request, pk: str) -> Response:
+        """With `key`: its raw points by step, a page at a time (`next_after` is the
+        cursor). Without: `{"latest": {key: {step, value, wall_time}}}`."""
         run = self.get_object()
         key = request.query_params.get("key")
-        if key:
-            points = run.metrics.filter(key=key).order_by("step")
-            return Response(
-                {"key": key, "points": list(points.values("step", "value", "wall_time"))}
-            )
-        # One query: each key's point at its highest step.
-        last_step = run.metrics.filter(key=OuterRef("key")).order_by("-step").values("step")[:1]
-        points = run.metrics.filter(step=Subquery(last_step)).values("key", "step", "value")
-        latest = {p["key"]: {"step": p["step"], "value": p["value"]} for p in points}
-        return Response({"latest": latest})
+        if not key:
+            return Response({"latest": metric_series.latest(run.pk)["values"]})
+        return _answer(lambda: metric_series.points_page(run.pk, key, request.query_params))
+
+    @extend_schema(parameters=[
+        OpenApiParameter("keys", str, required=True, description="k1,k2,prefix/*"),
+        OpenApiParameter("x", str, enum=metric_series.X_AXES, description="default step"),
+        OpenApiParameter("start", int, description="first step (inclusive)"),
+        OpenApiParameter("end", int, description="last step (inclusive)"),
+        OpenApiParameter("buckets", int, description=BUCKETS),
+    ])  # fmt: skip
+    @action(detail=True, methods=["get"])
+    def series(self, request: Request, pk: str) -> Response:
+        """Keys downsampled on the server into buckets with min/max/mean/last/count."""
+        run = self.get_object()
+        return _answer(lambda: metric_series.series_request(run.pk, request.query_params))
+
+    @action(detail=True, methods=["get"])
+    def latest(self, request: Request, pk: str) -> Response:
+        """Every key's value at its highest step."""
+        return Response(metric_series.latest(self.get_object().pk))
+
+    @extend_schema(parameters=[
+        OpenApiParameter("buckets", int, description=BUCKETS),
+    ])  # fmt: skip
+    @action(detail=True, methods=["get"])
+    def success(self, request: Request, pk: str) -> Response:
+        """Overall, per-horizon and per-task success from summed counts, and each
+        task's latest iteration."""
+        run = self.get_object()
+        return _answer(lambda: metric_series.success_request(run.pk, request.query_params))
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("Idempotency-Key") or None
+    if key and len(key) > MAX_IDEMPOTENCY_KEY:
+        raise ValidationError({"Idempotency-Key": f"At most {MAX_IDEMPOTENCY_KEY} characters."})
+    return key
+
+
+def _answer(compute) -> Response:
+    """The computed answer, or a 400 naming what is wrong with the request."""
+    try:
+        return Response(compute())
+    except metric_series.SeriesQueryError as error:
+        return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)

@@ -1,8 +1,10 @@
+from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.experiments.models import Experiment, Revision
 from controlplane.inventory.models import Cluster, EnvConfig, Node, NodeGroup, Robot
 from controlplane.runs.models import Run
+from controlplane.runs.selectors import with_figures
 
 
 class EnvConfigSerializer(serializers.ModelSerializer):
@@ -31,7 +33,7 @@ class NodeGroupSerializer(serializers.ModelSerializer):
         model = NodeGroup
         fields = [
             "label", "node_ranks", "accelerator_type", "accelerator_count",
-            "accelerator_vendor", "hardware_type", "env_configs", "robots",
+            "accelerator_vendor", "hardware_type", "ignore_hardware", "env_configs", "robots",
         ]  # fmt: skip
 
 
@@ -40,7 +42,7 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = [
             "rank", "groups", "accelerator_type", "accelerator_count",
-            "env_vars", "python_interpreter_path",
+            "env_vars", "python_interpreter_path", "python_interpreters",
         ]  # fmt: skip
 
 
@@ -127,15 +129,50 @@ class RunSerializer(serializers.ModelSerializer):
     revision = serializers.IntegerField(source="revision.number", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.StringRelatedField()
+    latest_success = serializers.SerializerMethodField(
+        help_text="The last rollout/success_rate point (null before the first)."
+    )
+    duration_s = serializers.SerializerMethodField(
+        help_text="Seconds from start to finish, or to now while running."
+    )
+    source_run = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="An eval run's source: the run whose checkpoint it evaluates."
+    )
+    source_iteration = serializers.IntegerField(
+        read_only=True, help_text="An eval run's checkpoint: the source run's iteration."
+    )
+    eval_options = serializers.JSONField(
+        read_only=True, help_text='An eval run\'s {"suite", "tasks", "states"} (null: defaults).'
+    )
 
     class Meta:
         model = Run
         fields = [
-            "id", "experiment", "revision", "cluster", "overrides", "state", "exit_reason",
+            "id", "kind", "source_run", "source_iteration", "eval_options",
+            "experiment", "revision", "cluster", "tags", "overrides", "state",
+            "exit_reason", "latest_success", "duration_s",
             "progress_step", "progress_total", "summary", "ray_job_id", "attempt",
             "cancel_requested_at", "timeout_s",
             "created_by", "created_at", "submitted_at", "started_at", "finished_at",
         ]  # fmt: skip
+
+    # Annotated by runs.selectors.with_figures on lists (one query for the page); a single
+    # run read without the annotations is still answered.
+    def get_latest_success(self, run: Run) -> float | None:
+        if hasattr(run, "latest_success"):
+            return run.latest_success
+        return (
+            with_figures(Run.objects.filter(pk=run.pk))
+            .values_list("latest_success", flat=True)
+            .first()
+        )
+
+    def get_duration_s(self, run: Run) -> float | None:
+        if hasattr(run, "duration"):
+            return run.duration.total_seconds() if run.duration is not None else None
+        if run.started_at is None:
+            return None
+        return ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
 
 
 class ArtifactSerializer(serializers.Serializer):
@@ -154,3 +191,63 @@ class RunCreateSerializer(serializers.Serializer):
         default=list,
     )
     timeout_s = serializers.IntegerField(required=False, min_value=1)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=50), required=False, default=list,
+        help_text="Added to the experiment's tags.",
+    )  # fmt: skip
+
+
+class EvaluateSerializer(serializers.Serializer):
+    """What `POST /api/v1/runs/<id>/evaluate` takes; each is optional."""
+
+    checkpoint = serializers.IntegerField(
+        required=False, min_value=0, help_text="The iteration of the checkpoint (default: latest)."
+    )
+    suite = serializers.CharField(
+        required=False, max_length=100, help_text="LIBERO suite (default: the run's)."
+    )
+    tasks = serializers.ListField(
+        child=serializers.IntegerField(), required=False, max_length=1000,
+        help_text="Task ids (default: the run's tasks).",
+    )  # fmt: skip
+    states = serializers.IntegerField(
+        required=False, help_text="Init states per task, at least 1 (default: all)."
+    )
+    timeout_s = serializers.IntegerField(required=False, min_value=1)
+
+
+class EvaluationSerializer(serializers.Serializer):
+    """One evaluation of a run (an eval run), as `GET /api/v1/runs/<id>/evaluations`
+    lists it."""
+
+    id = serializers.IntegerField(help_text="The eval run.")
+    state = serializers.CharField()
+    checkpoint = serializers.IntegerField(help_text="The evaluated checkpoint's iteration.")
+    env = serializers.CharField()
+    suite = serializers.CharField(allow_null=True)
+    tasks = serializers.ListField(child=serializers.IntegerField(), allow_null=True)
+    states = serializers.IntegerField(allow_null=True)
+    average = serializers.FloatField(allow_null=True, help_text="The suite average.")
+    horizon_average = serializers.DictField(child=serializers.FloatField())
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class EvaluationListSerializer(serializers.Serializer):
+    results = EvaluationSerializer(many=True)
+
+
+class EvalTableSerializer(serializers.Serializer):
+    """An eval run and its per-task table (null until the trainer reports it)."""
+
+    run = serializers.IntegerField()
+    source_run = serializers.IntegerField(allow_null=True)
+    checkpoint = serializers.IntegerField()
+    state = serializers.CharField()
+    options = serializers.JSONField()
+    table = serializers.JSONField(
+        allow_null=True,
+        help_text='{"env", "suite", "checkpoint", "iteration", "horizons", "average", '
+        '"horizon_average": {H: rate}, "tasks": [{"task_id", "name", "episodes", '
+        '"successes", "rate", "per_horizon": {H: {"successes", "episodes", "rate"}}}]}',
+    )

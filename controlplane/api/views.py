@@ -57,9 +57,9 @@ class ClusterViewSet(
                 if "yaml" in data
                 else tc.cluster_from_dict(data["config"])
             )
+            cluster = services.save_cluster(name or data["name"], spec, data["description"])
         except tc.ClusterConfigError as error:
             return config_errors(error)
-        cluster = services.save_cluster(name or data["name"], spec, data["description"])
         return Response(ClusterSerializer(cluster).data, status=success)
 
     @extend_schema(responses={200: OpenApiResponse(description="The cluster as YAML")})

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from controlplane.celery import app as celery_app
+from controlplane.core.ray_auth import ray_auth_headers
 from controlplane.core.tasks import ping
 
 CHECK_TIMEOUT_S = 3.0
@@ -79,9 +80,17 @@ def _probe_worker() -> tuple[str, dict]:
 
 def _probe_ray() -> tuple[str, dict]:
     url = f"{settings.RAY_ADDRESS}/api/v0/nodes?detail=1&limit=10000"
+    request = urllib.request.Request(url, headers=ray_auth_headers())
     try:
-        with urllib.request.urlopen(url, timeout=CHECK_TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT_S) as response:
             payload = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise PermissionError(
+                f"{settings.RAY_ADDRESS} refused the request (HTTP {exc.code}): "
+                "RAY_AUTH_TOKEN is missing or not this cluster's token"
+            ) from exc
+        raise ConnectionError(f"{settings.RAY_ADDRESS}: HTTP {exc.code}") from exc
     except urllib.error.URLError as exc:
         raise ConnectionError(f"{settings.RAY_ADDRESS}: {exc.reason}") from exc
     nodes = [n for n in payload["data"]["result"]["result"] if n.get("state") == "ALIVE"]

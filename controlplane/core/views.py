@@ -6,6 +6,8 @@ from django.views.decorators.cache import never_cache
 from controlplane.access.doors import SEE, may
 from controlplane.access.pages import guarded
 from controlplane.core.health import collect_status, status_as_json
+from controlplane.experiments.forms import LaunchForm
+from controlplane.experiments.models import Experiment
 from controlplane.runs.models import ACTIVE_STATES, Run
 
 
@@ -18,6 +20,9 @@ def home(request: HttpRequest) -> HttpResponse:
         {
             "active_runs": runs.filter(state__in=ACTIVE_STATES)[:10],
             "recent_runs": runs.exclude(state__in=ACTIVE_STATES)[:10],
+            "can_launch": may(request.user, "run-launch", "POST"),
+            "experiments": Experiment.objects.only("name"),
+            "launch_form": LaunchForm(),
         },
     )
 

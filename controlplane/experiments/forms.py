@@ -32,6 +32,12 @@ class LaunchForm(forms.Form):
         help_text="One key=value per line.",
     )
     timeout_s = forms.IntegerField(required=False, min_value=1, label="Timeout (s)")
+    tags = forms.CharField(
+        required=False, max_length=500, help_text="Comma-separated, added to the experiment's."
+    )
+
+    def clean_tags(self) -> list[str]:
+        return [tag.strip() for tag in self.cleaned_data["tags"].split(",") if tag.strip()]
 
     def clean_overrides(self) -> list[str]:
         lines = [line.strip() for line in self.cleaned_data["overrides"].splitlines()]

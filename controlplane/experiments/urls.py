@@ -9,6 +9,7 @@ urlpatterns = [
     path("experiments/<slug:name>/diff/", views.revision_diff, name="experiment-diff"),
     path("experiments/<slug:name>/clone/", views.experiment_clone, name="experiment-clone"),
     path("experiments/<slug:name>/launch/", views.experiment_launch, name="experiment-launch"),
+    path("runs/launch/", views.run_launch, name="run-launch"),
     path(
         "experiments/<slug:name>/launch/preview/",
         views.launch_preview,

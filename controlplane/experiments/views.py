@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from controlplane.access.doors import may
-from controlplane.access.pages import guarded
+from controlplane.access.pages import guarded, refused_status
 from controlplane.experiments import services
 from controlplane.experiments.forms import CloneForm, ExperimentForm, LaunchForm, RevisionForm
 from controlplane.experiments.models import Experiment
@@ -13,10 +13,17 @@ from controlplane.inventory.placement_preview import preview_placement
 from controlplane.inventory.services import to_trainer_cluster
 from controlplane.runs.launch import launch_run
 from trainer.config.errors import ConfigError
+from trainer.config.source_lines import problem_lines
 
 
-def problems(error: ConfigError) -> list[dict]:
-    return [{"location": p.path, "message": p.message} for p in error.problems]
+def problems(error: ConfigError, text: str = "") -> list[dict]:
+    """The problems of a config as the issue list shows them, each with its YAML line
+    where `text` (the config as typed) has the key."""
+    lines = problem_lines(error.problems, text)
+    return [
+        {"location": p.path, "message": p.message, "line": line}
+        for p, line in zip(error.problems, lines, strict=True)
+    ]
 
 
 @guarded
@@ -32,7 +39,7 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
                     tags=data["tags"], author=request.user,
                 )  # fmt: skip
             except ConfigError as error:
-                issues = problems(error)
+                issues = problems(error, data["config_yaml"])
             except IntegrityError:
                 form.add_error("name", "An experiment with this name exists.")
             else:
@@ -44,6 +51,7 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
         request,
         "experiments/experiment_list.html",
         {"experiments": experiments, "form": form, "issues": issues},
+        status=refused_status(request, issues or form.errors),
     )
 
 
@@ -55,16 +63,34 @@ def experiment_detail(request: HttpRequest, name: str) -> HttpResponse:
     issues = []
     if request.method == "POST":
         if revision_form.is_valid():
+            text = revision_form.cleaned_data["config_yaml"]
             try:
                 revision = services.save_revision(
-                    experiment, revision_form.cleaned_data["config_yaml"], author=request.user,
+                    experiment, text, author=request.user,
                     message=revision_form.cleaned_data["message"],
                 )  # fmt: skip
             except ConfigError as error:
-                issues = problems(error)
+                issues = problems(error, text)
             else:
                 messages.success(request, f"Saved revision {revision.number}.")
                 return redirect("experiment-detail", name=experiment.name)
+    return _detail_page(request, experiment, revision_form=revision_form, issues=issues)
+
+
+def _detail_page(
+    request: HttpRequest,
+    experiment: Experiment,
+    *,
+    revision_form: RevisionForm | None = None,
+    launch_form: LaunchForm | None = None,
+    issues: list[dict] | None = None,
+) -> HttpResponse:
+    """The experiment page; a rejected save or launch shows it again with what was typed
+    (and answers 422)."""
+    initial = {"config_yaml": experiment.latest_revision.config_yaml}
+    revision_form = revision_form or RevisionForm(initial=initial)
+    launch_form = launch_form or LaunchForm()
+    refused = issues or revision_form.errors or launch_form.errors
     return render(
         request,
         "experiments/experiment_detail.html",
@@ -72,24 +98,31 @@ def experiment_detail(request: HttpRequest, name: str) -> HttpResponse:
             "experiment": experiment,
             "revisions": experiment.revisions.select_related("author"),
             "revision_form": revision_form,
-            "launch_form": LaunchForm(),
+            "launch_form": launch_form,
             "clone_form": CloneForm(),
-            "issues": issues,
+            "issues": issues or [],
             "runs": experiment.runs.select_related("created_by")[:20],
             "can_write": may(request.user, "experiment-detail", "POST"),
         },
+        status=refused_status(request, refused),
     )
 
 
 @guarded
 def experiment_validate(request: HttpRequest) -> HttpResponse:
     """As-you-type validation of a config (htmx)."""
+    text = request.POST.get("config_yaml", "")
     try:
-        services.validate_config_yaml(request.POST.get("config_yaml", ""))
+        services.validate_config_yaml(text)
         issues = []
     except ConfigError as error:
-        issues = problems(error)
-    return render(request, "inventory/_config_issues.html", {"issues": issues, "checked": True})
+        issues = problems(error, text)
+    return render(
+        request,
+        "inventory/_config_issues.html",
+        {"issues": issues, "checked": True},
+        status=refused_status(request, issues),
+    )
 
 
 @guarded
@@ -128,21 +161,35 @@ def experiment_clone(request: HttpRequest, name: str) -> HttpResponse:
 
 @guarded
 def experiment_launch(request: HttpRequest, name: str) -> HttpResponse:
-    experiment = get_object_or_404(Experiment, name=name)
+    return _launch(request, get_object_or_404(Experiment, name=name))
+
+
+@guarded
+def run_launch(request: HttpRequest) -> HttpResponse:
+    """The launch dialog of pages that do not belong to one experiment (Home)."""
+    experiment = Experiment.objects.filter(name=request.POST.get("experiment", "")).first()
+    if experiment is None:
+        messages.error(request, "Choose an experiment to launch.")
+        return redirect("home")
+    return _launch(request, experiment)
+
+
+def _launch(request: HttpRequest, experiment: Experiment) -> HttpResponse:
+    """Launch, or show the experiment page again with the form as the user filled it and
+    what is wrong with it."""
     form = LaunchForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, "; ".join(e for errs in form.errors.values() for e in errs))
-        return redirect("experiment-detail", name=name)
-    data = form.cleaned_data
-    try:
-        run, _ = launch_run(
-            experiment, user=request.user, cluster=data["cluster"],
-            overrides=data["overrides"], timeout_s=data["timeout_s"],
-        )  # fmt: skip
-    except ConfigError as error:
-        messages.error(request, "The launch config is invalid: " + str(error))
-        return redirect("experiment-detail", name=name)
-    return redirect("run-detail", run_id=run.pk)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            run, _ = launch_run(
+                experiment, user=request.user, cluster=data["cluster"],
+                overrides=data["overrides"], timeout_s=data["timeout_s"], tags=data["tags"],
+            )  # fmt: skip
+        except ConfigError as error:
+            form.add_error(None, "The launch config is invalid: " + str(error))
+        else:
+            return redirect("run-detail", run_id=run.pk)
+    return _detail_page(request, experiment, launch_form=form)
 
 
 @guarded

@@ -27,6 +27,7 @@ class ClusterAdminForm(forms.ModelForm):
         text = self.cleaned_data["yaml_text"]
         try:
             self.cleaned_data["spec"] = tc.load_cluster_yaml(text)
+            services.ensure_storable(self.cleaned_data["spec"])
         except tc.ClusterConfigError as error:
             raise forms.ValidationError(error.messages) from None
         return text
@@ -45,12 +46,18 @@ class ReadOnlyInline(admin.TabularInline):
 
 class NodeGroupInline(ReadOnlyInline):
     model = NodeGroup
-    fields = ["label", "node_ranks", "accelerator_type", "accelerator_count", "hardware_type"]
+    fields = [
+        "label", "node_ranks", "accelerator_type", "accelerator_count", "hardware_type",
+        "ignore_hardware",
+    ]  # fmt: skip
 
 
 class NodeInline(ReadOnlyInline):
     model = Node
-    fields = ["rank", "groups", "accelerator_type", "accelerator_count", "python_interpreter_path"]
+    fields = [
+        "rank", "groups", "accelerator_type", "accelerator_count", "python_interpreter_path",
+        "python_interpreters",
+    ]  # fmt: skip
 
 
 @admin.register(Cluster)

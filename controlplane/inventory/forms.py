@@ -1,5 +1,7 @@
 from django import forms
 
+from trainer.config import YamlLimits
+
 
 class ClusterImportForm(forms.Form):
     name = forms.SlugField(max_length=100, help_text="Letters, digits, - and _.")
@@ -12,7 +14,14 @@ class ClusterImportForm(forms.Form):
     def clean(self) -> dict:
         data = super().clean()
         upload = data.get("yaml_file")
-        if upload is not None:
+        limit = YamlLimits.from_env().max_bytes
+        if upload is not None and upload.size > limit:
+            self.add_error(
+                "yaml_file",
+                f"The file is {upload.size} bytes; a cluster file may have at most {limit} "
+                "bytes (setting ARMATURE_YAML_MAX_BYTES).",
+            )
+        elif upload is not None:
             try:
                 data["yaml_text"] = upload.read().decode("utf-8")
             except UnicodeDecodeError:

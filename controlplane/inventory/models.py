@@ -35,6 +35,8 @@ class NodeGroup(models.Model):
     accelerator_count = models.PositiveIntegerField(null=True, blank=True)
     accelerator_vendor = models.CharField(max_length=20, blank=True)
     hardware_type = models.CharField(max_length=100, blank=True)
+    # RLinf's `ignore_hardware: true`: the group's resources are its nodes.
+    ignore_hardware = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["cluster", "position"]
@@ -96,7 +98,10 @@ class Node(models.Model):
     accelerator_type = models.CharField(max_length=100, blank=True)
     accelerator_count = models.PositiveIntegerField(default=0)
     env_vars = models.JSONField(default=dict, blank=True)
+    # The node's one interpreter; None when its groups name none or different ones.
     python_interpreter_path = models.CharField(max_length=500, null=True, blank=True)  # noqa: DJ001
+    # Group label -> interpreter: a process runs the one of the group it is placed through.
+    python_interpreters = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster", "rank"]

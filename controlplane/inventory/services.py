@@ -7,6 +7,7 @@ from django.db import transaction
 
 from controlplane.inventory.models import Cluster, EnvConfig, Node, NodeGroup, Robot
 from trainer import cluster as tc
+from trainer.cluster.errors import with_lines
 
 
 def import_cluster_yaml(name: str, text: str, description: str | None = None) -> Cluster:
@@ -16,9 +17,67 @@ def import_cluster_yaml(name: str, text: str, description: str | None = None) ->
     return save_cluster(name, tc.load_cluster_yaml(text), description)
 
 
+# Text columns of the section's entries: (path inside a node group, column's max_length).
+GROUP_TEXT_COLUMNS = (
+    (("label",), NodeGroup._meta.get_field("label").max_length),
+    (("node_ranks",), NodeGroup._meta.get_field("node_ranks").max_length),
+    (("accelerators", "type"), NodeGroup._meta.get_field("accelerator_type").max_length),
+    (("accelerators", "vendor"), NodeGroup._meta.get_field("accelerator_vendor").max_length),
+    (("hardware", "type"), NodeGroup._meta.get_field("hardware_type").max_length),
+)
+ENV_TEXT_COLUMNS = (
+    (("node_ranks",), EnvConfig._meta.get_field("node_ranks").max_length),
+    (
+        ("python_interpreter_path",),
+        EnvConfig._meta.get_field("python_interpreter_path").max_length,
+    ),
+)
+ROBOT_TEXT_COLUMNS = ((("robot_ip",), Robot._meta.get_field("robot_ip").max_length),)
+
+
+def column_issues(section: dict[str, Any]) -> list[tc.ConfigIssue]:
+    """Values longer than the column that stores them (SQLite would keep them, PostgreSQL
+    refuses the write), as issues with their key path."""
+    issues = []
+
+    def check(entry: dict, columns: tuple, path: tuple) -> None:
+        for keys, limit in columns:
+            value: Any = entry
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, str) and len(value) > limit:
+                issues.append(
+                    tc.ConfigIssue(
+                        "storage.too_long",
+                        f"{len(value)} characters; at most {limit} can be stored",
+                        (*path, *keys),
+                    )
+                )
+
+    for index, group in enumerate(section.get("node_groups", [])):
+        group_path = ("cluster", "node_groups", index)
+        check(group, GROUP_TEXT_COLUMNS, group_path)
+        for env_index, env in enumerate(group.get("env_configs", [])):
+            check(env, ENV_TEXT_COLUMNS, (*group_path, "env_configs", env_index))
+        for robot_index, robot in enumerate((group.get("hardware") or {}).get("configs", [])):
+            check(robot, ROBOT_TEXT_COLUMNS, (*group_path, "hardware", "configs", robot_index))
+    return issues
+
+
+def ensure_storable(spec: tc.Cluster) -> None:
+    """Raise `ClusterConfigError` (with key paths and YAML lines) for a value longer than
+    the column that would store it."""
+    issues = column_issues(tc.cluster_to_dict(spec))
+    if issues:
+        raise tc.ClusterConfigError(with_lines(issues, dict(spec.source_lines)))
+
+
 @transaction.atomic
 def save_cluster(name: str, spec: tc.Cluster, description: str | None = None) -> Cluster:
-    """Store a validated trainer cluster under `name`, replacing what was there."""
+    """Store a validated trainer cluster under `name`, replacing what was there.
+
+    Raises `ClusterConfigError` for a value longer than its column."""
+    ensure_storable(spec)
     section = tc.cluster_to_dict(spec)
     cluster, _ = Cluster.objects.update_or_create(
         name=name,
@@ -42,6 +101,7 @@ def save_cluster(name: str, spec: tc.Cluster, description: str | None = None) ->
             accelerator_count=node.num_accelerators,
             env_vars=dict(node.env_vars),
             python_interpreter_path=node.python_interpreter_path,
+            python_interpreters=dict(node.python_interpreters),
         )
         for node in spec.nodes
     )
@@ -60,6 +120,7 @@ def _create_group(cluster: Cluster, position: int, data: dict[str, Any]) -> None
         accelerator_count=accelerators.get("count"),
         accelerator_vendor=accelerators.get("vendor", ""),
         hardware_type=hardware.get("type", ""),
+        ignore_hardware=data.get("ignore_hardware", False),
     )
     EnvConfig.objects.bulk_create(
         EnvConfig(
@@ -104,6 +165,8 @@ def _group_section(group: NodeGroup) -> dict[str, Any]:
         data["accelerators"] = {"type": group.accelerator_type, "count": group.accelerator_count}
         if group.accelerator_vendor:
             data["accelerators"]["vendor"] = group.accelerator_vendor
+    if group.ignore_hardware:
+        data["ignore_hardware"] = True
     envs = list(group.env_configs.all())
     if envs:
         data["env_configs"] = [_env_section(env) for env in envs]

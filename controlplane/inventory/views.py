@@ -2,7 +2,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from controlplane.access.doors import may
-from controlplane.access.pages import guarded
+from controlplane.access.pages import guarded, refused_status
 from controlplane.inventory import services
 from controlplane.inventory.forms import ClusterImportForm, ClusterYamlForm
 from controlplane.inventory.models import Cluster
@@ -35,6 +35,7 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
             "issues": issues,
             "can_import": may(request.user, "cluster-list", "POST"),
         },
+        status=refused_status(request, issues or form.errors),
     )
 
 
@@ -77,7 +78,10 @@ def cluster_edit(request: HttpRequest, name: str) -> HttpResponse:
         else:
             return redirect("cluster-detail", name=cluster.name)
     return render(
-        request, "inventory/cluster_edit.html", {"cluster": cluster, "form": form, "issues": issues}
+        request,
+        "inventory/cluster_edit.html",
+        {"cluster": cluster, "form": form, "issues": issues},
+        status=refused_status(request, issues or form.errors),
     )
 
 
@@ -89,7 +93,12 @@ def cluster_validate(request: HttpRequest) -> HttpResponse:
         issues = []
     except tc.ClusterConfigError as error:
         issues = error.to_list()
-    return render(request, "inventory/_config_issues.html", {"issues": issues, "checked": True})
+    return render(
+        request,
+        "inventory/_config_issues.html",
+        {"issues": issues, "checked": True},
+        status=refused_status(request, issues),
+    )
 
 
 @guarded
@@ -109,7 +118,12 @@ def placement_preview_fragment(request: HttpRequest, name: str) -> HttpResponse:
     """The grid (or the errors) for the placement being typed (htmx)."""
     spec = services.to_trainer_cluster(get_cluster(name))
     preview = preview_placement(spec, request.POST.get("placement", ""))
-    return render(request, "inventory/_placement_result.html", {"preview": preview})
+    return render(
+        request,
+        "inventory/_placement_result.html",
+        {"preview": preview},
+        status=refused_status(request, preview.errors),
+    )
 
 
 @guarded

@@ -1,4 +1,14 @@
-"""Live run pages: the runs list and one run's header follow state and progress."""
+"""Live run pages: the runs list follows every run's state and progress; one run's page
+gets its header, controls and events as htmx fragments, and its metric points as JSON.
+
+HTML fragments are re-rendered from the database, so what the browser shows is what is
+stored. JSON frames (`{"type": "metrics" | "progress", ...}`) are for the page's charts
+(frontend/static/armature/run_charts.js), which take them before htmx sees them; they
+carry the stored message as broadcast by runs.telemetry.broadcast_messages.
+"""
+
+import json
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
@@ -6,12 +16,17 @@ from django.template.loader import render_to_string
 from controlplane.access.sockets import GuardedConsumer
 from controlplane.realtime.groups import RUNS_LIST, run_group
 from controlplane.runs.models import Run
+from controlplane.runs.run_page import (
+    eval_run_context,
+    recent_events,
+    run_controls,
+    where_it_runs,
+)
+from controlplane.runs.selectors import with_figures
 
 
 class RunUpdatesConsumer(GuardedConsumer):
-    """Without a run id: every run's row on the runs list. With one: that run's header.
-    Any message about a run (state, progress) re-renders its fragment from the database,
-    so what the browser shows is what is stored."""
+    """Without a run id: every run's row on the runs list. With one: that run's page."""
 
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
@@ -19,7 +34,7 @@ class RunUpdatesConsumer(GuardedConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         if self.run_id:  # anything that changed between the page load and now
-            await self._push(self.run_id)
+            await self._push(self.run_id, events=True)
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
@@ -30,30 +45,70 @@ class RunUpdatesConsumer(GuardedConsumer):
                         "This socket is read-only.</div>")  # fmt: skip
 
     async def run_state(self, event: dict) -> None:
-        await self._push(event["run"])
+        await self._push(event["run"], events=bool(self.run_id))
 
     async def run_progress(self, event: dict) -> None:
+        if self.run_id:
+            await self._send_json("progress", event, ("seq", "step", "total"))
         await self._push(event["run"])
 
     async def run_metrics(self, event: dict) -> None:
-        """Charts arrive with the live-telemetry work; the header has nothing to show."""
+        if self.run_id:
+            await self._send_json("metrics", event, ("seq", "step", "time", "values"))
 
     async def run_event(self, event: dict) -> None:
-        """The timeline is rendered on load; events need no header update."""
+        # The header too: a trainer's event (started, finished) may have moved the state.
+        if self.run_id:
+            await self._push(event["run"], events=True)
 
-    async def _push(self, run_id: int) -> None:
-        html = await self._render(run_id)
+    async def run_batch(self, event: dict) -> None:
+        """Several stored messages published at once (runs.telemetry.broadcast_batches):
+        their JSON frames in order, then the fragments once (they are re-read from the
+        database, so one render shows what all of them changed)."""
+        render: dict[int, bool] = {}  # run id → with its events list
+        for inner in event["events"]:
+            kind = inner["type"]
+            if kind == "run.metrics":
+                await self.run_metrics(inner)
+            elif kind == "run.progress":
+                if self.run_id:
+                    await self._send_json("progress", inner, ("seq", "step", "total"))
+                render.setdefault(inner["run"], False)
+            elif kind in ("run.event", "run.state"):
+                render[inner["run"]] = bool(self.run_id)
+            else:
+                await self.dispatch(inner)
+        for run_id, events in render.items():
+            await self._push(run_id, events=events)
+
+    async def _send_json(self, kind: str, event: dict, fields: tuple[str, ...]) -> None:
+        frame = {"type": kind, "run": event["run"], **{name: event[name] for name in fields}}
+        await self.send(text_data=json.dumps(frame))
+
+    async def _push(self, run_id: int, events: bool = False) -> None:
+        html = await self._render(run_id, events)
         if html:
             await self.send(text_data=html)
 
     @database_sync_to_async
-    def _render(self, run_id: int) -> str:
+    def _render(self, run_id: int, events: bool) -> str:
         run = (
-            Run.objects.select_related("experiment", "revision", "created_by")
+            with_figures(Run.objects.select_related("experiment", "revision", "created_by"))
             .filter(pk=run_id)
             .first()
         )
         if run is None:
             return ""
-        template = "runs/_run_header.html" if self.run_id else "runs/_run_row.html"
-        return render_to_string(template, {"run": run, "oob": True})
+        if not self.run_id:
+            return render_to_string("runs/_run_row.html", {"run": run, "oob": True})
+        context: dict[str, Any] = {"run": run, "oob": True, **run_controls(run, self.scope["user"])}
+        parts = [render_to_string("runs/_run_header.html", context)]
+        if events:
+            context["events"] = recent_events(run)
+            context["processes"] = where_it_runs(run)
+            parts.append(render_to_string("runs/_events.html", context))
+            parts.append(render_to_string("runs/_processes.html", context))
+            if run.is_eval:  # its table arrives as the trainer's `evaluated` event
+                context["eval_run"] = eval_run_context(run)
+                parts.append(render_to_string("runs/_evaluation.html", context))
+        return "".join(parts)

@@ -2,14 +2,21 @@
 
 Thin on purpose: who may connect is the access table's call (controlplane/access/), and
 validation and storage live in `runs.telemetry`. A link closes when its run ends.
-Order per message: validate → store (one transaction) → ack → broadcast, so a browser
-never sees a point the database does not have, and a lost broadcast loses nothing.
+Order per message: validate → store (committed) → ack → broadcast, so a browser never
+sees a point the database does not have, and a lost broadcast loses nothing. Messages
+that arrive while a write is under way are stored together in the next transaction
+(group commit: one commit for many messages when the trainer sends faster than one
+commit takes), then acknowledged in order.
 """
 
+import asyncio
 import json
 import logging
+import time
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.db import connection
 
 from controlplane.access.sockets import (
     CLOSE_FORBIDDEN,
@@ -32,6 +39,31 @@ CLOSE_INTERNAL_ERROR = 1011
 CLOSE_RUN_FINISHED = 4410
 
 
+def _store(run_id: int, batch: list[dict], attempt: int, known_keys: dict[str, int]) -> list:
+    """`telemetry.record_many` on this pool thread's kept connection. Unlike
+    `database_sync_to_async` it does not health-check the connection first (a round
+    trip per write); a connection that failed is closed here instead, and the next
+    write opens a new one."""
+    try:
+        stored = telemetry.record_many(run_id, batch, attempt, known_keys=known_keys)
+    except Exception:
+        connection.close()
+        raise
+    if connection.close_at is not None and time.monotonic() >= connection.close_at:
+        connection.close()  # older than DB_CONN_MAX_AGE
+    return stored
+
+
+# Writes run in the thread pool, not in the one thread that `database_sync_to_async`
+# shares with every consumer: there, each incoming message's dispatch would queue behind
+# the write under way, so messages could never gather into one transaction. The writer
+# task keeps one link's writes in order; each pool thread keeps its own connection.
+store_in_pool = sync_to_async(_store, thread_sensitive=False)
+# Messages stored in one transaction at most: a replayed spool is taken in slices, each
+# acknowledged as soon as it is committed.
+MAX_BATCH = 100
+
+
 class TrainerConsumer(GuardedConsumer):
     """One trainer's link for one run. The access table lets in only the bearer of that
     run's token while the run is not final (controlplane/access/sockets.py)."""
@@ -42,6 +74,11 @@ class TrainerConsumer(GuardedConsumer):
         self.attempt = telemetry.link_attempt(bearer_token(self.scope.get("headers", [])))
         # Joined before accepting, so a run that ends from now on closes this link.
         self.group = trainer_group(self.run_id)
+        self.known_keys: dict[str, int] = {}  # the run's metric key rows, once looked up
+        self.inbox: list[dict] = []  # valid messages waiting for the next write
+        self.writer: asyncio.Task | None = None
+        self.outbox: list[dict] = []  # stored messages waiting to be broadcast
+        self.broadcaster: asyncio.Task | None = None
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         # The run may have ended between the access check and joining the group.
@@ -55,6 +92,9 @@ class TrainerConsumer(GuardedConsumer):
     async def link_close(self, event: dict) -> None:
         """The run reached a final state (runs.state.transition tells its trainer group)."""
         log.info("run %s is %s: closing its trainer link", self.run_id, event.get("state"))
+        # The write that ended the run (its `finished` event) is acknowledged first.
+        if self.writer is not None and not self.writer.done():
+            await asyncio.shield(self.writer)
         await self.close(code=CLOSE_RUN_FINISHED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -67,24 +107,41 @@ class TrainerConsumer(GuardedConsumer):
             await database_sync_to_async(telemetry.count_rejected)(self.run_id)
             await self._reply({"type": "error", "seq": invalid.seq, "error": invalid.error})
             return
-        try:
-            stored = await database_sync_to_async(telemetry.record)(
-                self.run_id, message, self.attempt
-            )
-        except Exception:
-            log.exception("run %s: could not store message %s", self.run_id, message["seq"])
-            await self.close(code=CLOSE_INTERNAL_ERROR)
-            return
-        await self._reply({"type": "ack", "seq": message["seq"]})
-        if stored:
-            await self._broadcast(message)
+        self.inbox.append(message)
+        if self.writer is None or self.writer.done():
+            self.writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        """Store what is in the inbox in one transaction, acknowledge, broadcast; again
+        while messages keep arriving."""
+        while self.inbox:
+            batch, self.inbox = self.inbox[:MAX_BATCH], self.inbox[MAX_BATCH:]
+            try:
+                stored = await store_in_pool(self.run_id, batch, self.attempt, self.known_keys)
+            except Exception:
+                log.exception("run %s: could not store %d messages", self.run_id, len(batch))
+                self.known_keys.clear()  # rows made in the failed transaction are gone
+                self.inbox.clear()  # unacknowledged: the trainer resends them
+                await self.close(code=CLOSE_INTERNAL_ERROR)
+                return
+            for message in batch:
+                await self._reply({"type": "ack", "seq": message["seq"]})
+            # Broadcast beside the next write, not before it: publishing to the channel
+            # layer then overlaps the next commit.
+            self.outbox += [message for message, new in zip(batch, stored, strict=True) if new]
+            if self.outbox and (self.broadcaster is None or self.broadcaster.done()):
+                self.broadcaster = asyncio.ensure_future(self._broadcast())
 
     async def _reply(self, reply: dict) -> None:
         await self.send(text_data=json.dumps(reply))
 
-    async def _broadcast(self, message: dict) -> None:
-        for group, event in telemetry.broadcast_messages(self.run_id, message):
-            try:
-                await publish_async(group, event)
-            except Exception:  # stored already; browsers refetch what they missed
-                log.warning("run %s: broadcast to %s failed", self.run_id, group, exc_info=True)
+    async def _broadcast(self) -> None:
+        """Tell browsers about stored messages, in order, many per publish."""
+        while self.outbox:
+            messages, self.outbox = self.outbox[:MAX_BATCH], self.outbox[MAX_BATCH:]
+            for group, event in telemetry.broadcast_batches(self.run_id, messages):
+                try:
+                    await publish_async(group, event)
+                except Exception:  # stored already; browsers refetch what they missed
+                    log.warning("run %s: broadcast to %s failed", self.run_id, group,
+                                exc_info=True)  # fmt: skip

@@ -7,6 +7,7 @@ several nodes the folder must be on storage every node and the control plane can
 (NFS, or an object store mounted as a file system).
 """
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,8 @@ from pathlib import Path
 from django.conf import settings
 
 MAX_LISTED_FILES = 2000
+# How the trainer names a checkpoint in a run's folder (trainer.runner.checkpoints).
+CHECKPOINT_NAME = re.compile(r"^iter_(\d+)\.pt$")
 
 
 class ArtifactNotFound(Exception):
@@ -60,3 +63,21 @@ def artifact_path(run_id: int, relative: str) -> Path:
     if not candidate.is_relative_to(root) or not candidate.is_file():
         raise ArtifactNotFound(relative)
     return candidate
+
+
+def checkpoint_path(run_id: int, iteration: int) -> Path:
+    """Where the run's checkpoint of `iteration` is (or would be)."""
+    return run_artifact_dir(run_id) / "checkpoints" / f"iter_{iteration:06d}.pt"
+
+
+def checkpoints(run_id: int) -> dict[int, Path]:
+    """The run's checkpoints by iteration, oldest first ({} before the first)."""
+    folder = run_artifact_dir(run_id) / "checkpoints"
+    if not folder.is_dir():
+        return {}
+    found = {
+        int(match.group(1)): path
+        for path in folder.iterdir()
+        if (match := CHECKPOINT_NAME.match(path.name)) and path.is_file()
+    }
+    return dict(sorted(found.items()))

@@ -30,28 +30,47 @@ def launch_run(
     overrides: list[str] | None = None,
     idempotency_key: str | None = None,
     timeout_s: int | None = None,
+    tags: list[str] | None = None,
 ) -> tuple[Run, bool]:
     """Create a queued run and hand it to a worker for submission.
 
     Returns (run, created); with an idempotency key already used by this user, the
-    existing run comes back and nothing new starts."""
-    if idempotency_key:
-        existing = Run.objects.filter(created_by=user, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return existing, False
+    existing run comes back and nothing new starts. The run's tags are its experiment's
+    followed by `tags`."""
+    existing = run_with_key(user, idempotency_key)
+    if existing is not None:
+        return existing, False
     revision = revision or experiment.latest_revision
     overrides = list(overrides or [])
     config_yaml = freeze_config(revision, overrides, cluster)
+    return queue_run(
+        user, idempotency_key, f"by {user}",
+        experiment=experiment, revision=revision, cluster=cluster, overrides=overrides,
+        config_yaml=config_yaml, timeout_s=timeout_s,
+        tags=_merged_tags(experiment.tags, tags or []),
+        progress_total=validate_config(parse_yaml(config_yaml)).runner.iterations,
+    )  # fmt: skip
+
+
+def run_with_key(user, idempotency_key: str | None) -> Run | None:
+    """The run this user already launched with this idempotency key, if any."""
+    if not idempotency_key:
+        return None
+    return Run.objects.filter(created_by=user, idempotency_key=idempotency_key).first()
+
+
+def queue_run(user, idempotency_key: str | None, launched: str, **fields) -> tuple[Run, bool]:
+    """Store a queued run of `fields` with its `launched` event and hand it to a worker
+    after the commit: (run, True); (the run, False) when the same key raced in first."""
     try:
         with transaction.atomic():
-            run = Run.objects.create(
-                experiment=experiment, revision=revision, cluster=cluster, overrides=overrides,
-                config_yaml=config_yaml, created_by=user, idempotency_key=idempotency_key,
-                timeout_s=timeout_s,
-                progress_total=validate_config(parse_yaml(config_yaml)).runner.iterations,
-            )  # fmt: skip
-            RunEvent.objects.create(run=run, kind="launched", message=f"by {user}")
+            run = Run.objects.create(created_by=user, idempotency_key=idempotency_key, **fields)
+            RunEvent.objects.create(run=run, kind="launched", message=launched)
             dispatch.submit_later(run.pk)
     except IntegrityError:  # the same key raced in from a second request
         return Run.objects.get(created_by=user, idempotency_key=idempotency_key), False
     return run, True
+
+
+def _merged_tags(*groups: list[str]) -> list[str]:
+    return list(dict.fromkeys(tag for group in groups for tag in group))

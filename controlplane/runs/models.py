@@ -16,6 +16,15 @@ class RunState(models.TextChoices):
     INTERRUPTED = "interrupted"
 
 
+class RunKind(models.TextChoices):
+    TRAIN = "train"
+    # Evaluates a checkpoint of another run (its source) with `python -m trainer eval`.
+    EVAL = "eval"
+
+
+# The summary key of an eval run's suite average (trainer.link.reporter.eval_summary).
+EVAL_SUCCESS_KEY = "eval/success_rate"
+
 ACTIVE_STATES = frozenset({RunState.QUEUED, RunState.SUBMITTING, RunState.RUNNING})
 FINAL_STATES = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT}
@@ -30,7 +39,17 @@ class Run(models.Model):
     cluster = models.ForeignKey(
         "inventory.Cluster", null=True, blank=True, on_delete=models.SET_NULL
     )
+    kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.TRAIN)
+    # An eval run's source: the run whose checkpoint (of iteration `source_iteration`) it
+    # evaluates, with `eval_options` {"suite", "tasks", "states"} (null: the defaults).
+    source_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="evaluations"
+    )
+    source_iteration = models.PositiveIntegerField(null=True, blank=True)
+    eval_options = models.JSONField(default=dict, blank=True)
     overrides = models.JSONField(default=list, blank=True, help_text='["key=value", …]')
+    # Labels to find the run by: its experiment's tags at launch plus any given then.
+    tags = models.JSONField(default=list, blank=True)
     # The config exactly as the trainer receives it (revision + overrides + cluster).
     config_yaml = models.TextField()
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.QUEUED)
@@ -81,9 +100,22 @@ class Run(models.Model):
         return self.state in ACTIVE_STATES
 
     @property
+    def is_eval(self) -> bool:
+        return self.kind == RunKind.EVAL
+
+    @property
     def success_rate(self) -> float | None:
-        """The final overall success rate the trainer reported, if any."""
-        return self.summary.get("rollout/success_rate")
+        """The final overall success rate the trainer reported, if any (an eval run's:
+        its suite average)."""
+        return self.summary.get(EVAL_SUCCESS_KEY if self.is_eval else "rollout/success_rate")
+
+    @property
+    def shown_success(self) -> float | None:
+        """The latest success point where the query annotated it (runs.selectors
+        .with_figures), else the final summary's; an eval run's suite average."""
+        if "latest_success" in self.__dict__ and not self.is_eval:
+            return self.__dict__["latest_success"]
+        return self.success_rate
 
     @property
     def submission_id(self) -> str:
@@ -128,15 +160,36 @@ class TelemetryBatch(models.Model):
         return f"{self.run_id}.{self.attempt}#{self.seq}"
 
 
-class MetricPoint(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
-    key = models.CharField(max_length=200)
-    step = models.PositiveBigIntegerField()
-    value = models.FloatField()
-    wall_time = models.FloatField()
+class MetricKey(models.Model):
+    """One metric of one run (`rollout/success_rate`): its points refer to it, so the key
+    text is stored once per run rather than once per point."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_keys")
+    name = models.CharField(max_length=200)
 
     class Meta:
-        indexes = [models.Index(fields=["run", "key", "step"])]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="unique_run_key")]
 
     def __str__(self) -> str:
-        return f"{self.run_id} {self.key}@{self.step}={self.value}"
+        return f"{self.run_id} {self.name}"
+
+
+class MetricPoint(models.Model):
+    """A metric's value at a training step (iteration). Series are read per key over a
+    step range, so the one index is (key, step); bulk-written (COPY on PostgreSQL)."""
+
+    # The (key, step) index serves the foreign key too. No database constraint: its
+    # per-row check was two thirds of a COPY's cost (measured), and key rows go only
+    # with their run, whose deletion removes the points first (Django's CASCADE).
+    key = models.ForeignKey(
+        MetricKey, on_delete=models.CASCADE, db_index=False, db_constraint=False
+    )
+    step = models.PositiveBigIntegerField()
+    value = models.FloatField()
+    wall_time = models.FloatField(help_text="Unix seconds when the trainer measured it.")
+
+    class Meta:
+        indexes = [models.Index(fields=["key", "step"], name="runs_point_key_step")]
+
+    def __str__(self) -> str:
+        return f"{self.key_id}@{self.step}={self.value}"

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 import requests
 from django.conf import settings
+from ray.exceptions import AuthenticationError
 from ray.job_submission import JobSubmissionClient
+
+from controlplane.core.ray_auth import ray_auth_headers
 
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 
@@ -64,13 +67,19 @@ def _translated() -> Iterator[None]:
         yield
     except RayJobsError:
         raise
+    except AuthenticationError as error:  # the SDK's own error for an HTTP 401 or 403
+        raise RayRefused(
+            f"Ray at {settings.RAY_ADDRESS} refused the request: RAY_AUTH_TOKEN is missing "
+            "or not this cluster's token",
+            401,
+        ) from error
     except (requests.RequestException, OSError) as error:  # OSError: the SDK's ConnectionError
         raise RayUnavailable(f"Ray at {settings.RAY_ADDRESS} is unreachable: {error}") from error
 
 
 def client() -> JobSubmissionClient:
     with _translated():
-        return _BoundedClient(settings.RAY_ADDRESS)
+        return _BoundedClient(settings.RAY_ADDRESS, headers=ray_auth_headers())
 
 
 def _request(method: str, endpoint: str) -> requests.Response:

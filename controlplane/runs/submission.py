@@ -14,6 +14,7 @@ from django.db import transaction
 
 from controlplane.runs import ray_jobs
 from controlplane.runs.artifacts import run_artifact_dir
+from controlplane.runs.evaluations import eval_arguments
 from controlplane.runs.models import Run, RunEvent, RunState, TelemetryBatch
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
@@ -64,6 +65,8 @@ def submit_again(run_id: int) -> Run:
 
 def entrypoint(run: Run) -> str:
     python = settings.ARMATURE_TRAINER_PYTHON or sys.executable
+    if run.is_eval:  # evaluates its source run's checkpoint; every attempt starts afresh
+        return shlex.join([python, "-m", "trainer", *eval_arguments(run)])
     command = [python, "-m", "trainer", "run", "config.yaml",
                "--output-dir", str(run_artifact_dir(run.pk).resolve())]  # fmt: skip
     if run.attempt > 1:  # a later attempt continues from the run's last checkpoint

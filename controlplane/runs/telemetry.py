@@ -9,8 +9,9 @@ pydantic), which the trainer builds its messages with.
 import enum
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from controlplane.realtime.groups import RUNS_LIST, run_group
 from controlplane.runs.models import (
@@ -21,6 +22,7 @@ from controlplane.runs.models import (
     RunState,
     TelemetryBatch,
 )
+from controlplane.runs.series import copy_points, point_rows
 from controlplane.runs.state import try_transition
 from controlplane.runs.tokens import read_run_token
 from trainer.link import protocol
@@ -75,41 +77,133 @@ def parse_message(text: str) -> dict[str, Any]:
 
 
 def record(
-    run_id: int, message: dict[str, Any], attempt: int = 1, moves_state: bool = True
+    run_id: int,
+    message: dict[str, Any],
+    attempt: int = 1,
+    moves_state: bool = True,
+    known_keys: dict[str, int] | None = None,
 ) -> bool:
-    """Store a valid message in one transaction. False when this (run, attempt, seq) was
-    stored before: a resend, to be acknowledged again but not stored twice.
+    """Store one valid message (see `record_many`). False when this (run, attempt, seq)
+    was stored before: a resend, to be acknowledged again but not stored twice."""
+    return record_many(run_id, [message], attempt, moves_state, known_keys)[0]
+
+
+def record_many(
+    run_id: int,
+    messages: list[dict[str, Any]],
+    attempt: int = 1,
+    moves_state: bool = True,
+    known_keys: dict[str, int] | None = None,
+) -> list[bool]:
+    """Store valid messages, in order, in one transaction (one commit, however many
+    arrived together); for each, whether it was new (False: stored before, a resend).
 
     `moves_state=False` stores an earlier attempt's events without letting them change
-    the run's state (its spool, ingested late)."""
-    seq, kind = message["seq"], message["type"]
+    the run's state (its spool, ingested late). `known_keys` caches the run's metric
+    key rows across the messages of one link."""
+    if _fits_one_statement(messages):
+        return _record_points_in_one_statement(run_id, messages, attempt, known_keys)
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                TelemetryBatch.objects.create(run_id=run_id, attempt=attempt, seq=seq, kind=kind)
-        except IntegrityError:
-            if TelemetryBatch.objects.filter(run_id=run_id, attempt=attempt, seq=seq).exists():
-                return False
-            raise  # not a duplicate (e.g. the run is gone): let the caller see it
-        if kind == "event":
-            _store_event(run_id, message, moves_state)
-        else:
-            STORE[kind](run_id, message)
-    return True
+        new = _claim_seqs(run_id, attempt, messages)
+        points: list[tuple[int, int, float, float]] = []
+        for message in messages:
+            if not new[message["seq"]]:
+                continue
+            kind = message["type"]
+            if kind == "metrics":
+                points += point_rows(
+                    run_id, message["step"], message["time"], message["values"], known_keys
+                )
+            elif kind == "progress":
+                _store_progress(run_id, message)
+            else:
+                # Points before a state change are stored with it, in the same order.
+                copy_points(points)
+                points = []
+                _store_event(run_id, message, moves_state)
+        copy_points(points)
+    return [new[message["seq"]] for message in messages]
+
+
+# Values per statement: bounded so one statement stays a modest size.
+ONE_STATEMENT_MAX_VALUES = 20_000
+
+
+def _fits_one_statement(messages: list[dict[str, Any]]) -> bool:
+    """Metrics only, on PostgreSQL, and few enough values for one statement."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    if any(message["type"] != "metrics" for message in messages):
+        return False
+    values = sum(len(message["values"]) for message in messages)
+    return len(messages) + values <= ONE_STATEMENT_MAX_VALUES
+
+
+def _record_points_in_one_statement(
+    run_id: int,
+    messages: list[dict[str, Any]],
+    attempt: int,
+    known_keys: dict[str, int] | None,
+) -> list[bool]:
+    """The common case, metrics messages only, in one round trip to the database: one
+    statement claims the seqs and inserts the points of the newly claimed ones (a
+    statement is its own transaction). A live link's writes wait on the database's
+    round trips, not on its work, so fewer of them is what makes them fast."""
+    points = [
+        (message["seq"], *row)
+        for message in messages
+        for row in point_rows(
+            run_id, message["step"], message["time"], message["values"], known_keys
+        )
+    ]
+    # Columns as arrays (unnest): the statement's text stays the same few lines whatever
+    # the number of points, so the driver never re-parses a statement of thousands of
+    # placeholders (that parsing was most of a write's time).
+    columns = list(zip(*points, strict=True)) if points else [[], [], [], [], []]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""WITH claimed AS (
+                INSERT INTO {TelemetryBatch._meta.db_table}
+                    (run_id, attempt, seq, kind, received_at)
+                SELECT %s, %s, seq, 'metrics', %s FROM unnest(%s::bigint[]) AS seq
+                ON CONFLICT (run_id, attempt, seq) DO NOTHING RETURNING seq
+            ), stored AS (
+                INSERT INTO {MetricPoint._meta.db_table} (key_id, step, value, wall_time)
+                SELECT p.key_id, p.step, p.value, p.wall_time
+                FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[],
+                            %s::float8[]) AS p (seq, key_id, step, value, wall_time)
+                WHERE p.seq IN (SELECT seq FROM claimed)
+            )
+            SELECT seq FROM claimed""",
+            [run_id, attempt, timezone.now(), [m["seq"] for m in messages],
+             *(list(column) for column in columns)],
+        )  # fmt: skip
+        claimed = {seq for (seq,) in cursor.fetchall()}
+    return [message["seq"] in claimed for message in messages]
+
+
+def _claim_seqs(run_id: int, attempt: int, messages: list[dict[str, Any]]) -> dict[int, bool]:
+    """Insert each message's (run, attempt, seq) row unless it exists, in one statement:
+    {seq: inserted now}. A missing run still fails (its foreign key), at the latest on
+    commit."""
+    kinds = {message["seq"]: message["type"] for message in messages}
+    table = TelemetryBatch._meta.db_table
+    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(kinds))
+    now = timezone.now()
+    params = [v for seq, kind in kinds.items() for v in (run_id, attempt, seq, kind, now)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (run_id, attempt, seq, kind, received_at) VALUES {rows} "
+            "ON CONFLICT (run_id, attempt, seq) DO NOTHING RETURNING seq",
+            params,
+        )
+        inserted = {seq for (seq,) in cursor.fetchall()}
+    return {seq: seq in inserted for seq in kinds}
 
 
 def count_rejected(run_id: int) -> None:
     """A message the protocol refused: counted on the run, shown on its page."""
     Run.objects.filter(pk=run_id).update(link_rejected=F("link_rejected") + 1)
-
-
-def _store_metrics(run_id: int, message: dict[str, Any]) -> None:
-    MetricPoint.objects.bulk_create(
-        MetricPoint(
-            run_id=run_id, key=key, step=message["step"], value=value, wall_time=message["time"]
-        )
-        for key, value in message["values"].items()
-    )
 
 
 def _store_progress(run_id: int, message: dict[str, Any]) -> None:
@@ -138,9 +232,6 @@ def _store_event(run_id: int, message: dict[str, Any], moves_state: bool = True)
             try_transition(run_id, RunState.FAILED, str(data.get("error", "the trainer failed")))
 
 
-STORE = {"metrics": _store_metrics, "progress": _store_progress}
-
-
 def broadcast_messages(run_id: int, message: dict[str, Any]) -> list[tuple[str, dict]]:
     """The (group, channel-layer message) pairs that tell browsers about a stored message:
     everything to the run's group, progress also to the runs list's progress bars."""
@@ -154,3 +245,19 @@ def broadcast_messages(run_id: int, message: dict[str, Any]) -> list[tuple[str, 
     out = {"type": f"run.{kind}", "run": run_id, "seq": message["seq"], **body}
     groups = [run_group(run_id)] + ([RUNS_LIST] if kind == "progress" else [])
     return [(group, out) for group in groups]
+
+
+def broadcast_batches(run_id: int, messages: list[dict[str, Any]]) -> list[tuple[str, dict]]:
+    """`broadcast_messages` of several stored messages, one channel-layer event per group:
+    a lone event as it is, several as one `run.batch` event carrying them in order (one
+    publish instead of many, and one slot of a browser's channel capacity, not many)."""
+    per_group: dict[str, list[dict]] = {}
+    for message in messages:
+        for group, event in broadcast_messages(run_id, message):
+            per_group.setdefault(group, []).append(event)
+    if RUNS_LIST in per_group:  # a list row is redrawn from the database: the last will do
+        per_group[RUNS_LIST] = per_group[RUNS_LIST][-1:]
+    return [
+        (group, events[0] if len(events) == 1 else {"type": "run.batch", "events": events})
+        for group, events in per_group.items()
+    ]

@@ -2,67 +2,120 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 
-from controlplane.access.doors import may
-from controlplane.access.pages import guarded
+from controlplane.access.pages import guarded, refused_status
 from controlplane.experiments.services import config_diff
 from controlplane.runs import artifacts
 from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.eval_tables import compared_evaluations
+from controlplane.runs.evaluations import EvaluationRefused, request_evaluation
+from controlplane.runs.forms import EvaluateForm
 from controlplane.runs.interruption import CannotResume, resume
-from controlplane.runs.models import Run, RunState
+from controlplane.runs.models import Run, RunKind, RunState
 from controlplane.runs.ray_jobs import RayJobsError
-from controlplane.runs.selectors import job_logs
+from controlplane.runs.run_page import (
+    BadRunIds,
+    chart_context,
+    config_differences,
+    eval_run_context,
+    evaluations_context,
+    recent_events,
+    run_controls,
+    runs_to_compare,
+    where_it_runs,
+)
+from controlplane.runs.selectors import RunFilterError, RunFilters, job_logs, runs_list
 
 PAGE_SIZE = 25
 LOG_TAIL_LINES = 200
-
-
-def runs_for(params) -> tuple:
-    runs = Run.objects.select_related("experiment", "revision", "created_by")
-    filters = {
-        "state": params.get("state", ""),
-        "experiment": params.get("experiment", ""),
-        "user": params.get("user", ""),
-        "q": params.get("q", "").strip(),
-    }
-    if filters["state"] in RunState.values:
-        runs = runs.filter(state=filters["state"])
-    if filters["experiment"]:
-        runs = runs.filter(experiment__name=filters["experiment"])
-    if filters["user"]:
-        runs = runs.filter(created_by__username=filters["user"])
-    if filters["q"]:
-        runs = runs.filter(experiment__name__icontains=filters["q"])
-    return runs, filters
+ORDERING_LABELS = {
+    "-created": "newest first",
+    "created": "oldest first",
+    "-success": "highest success",
+    "success": "lowest success",
+    "-duration": "longest",
+    "duration": "shortest",
+}
 
 
 @guarded
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs, filters = runs_for(request.GET)
-    page = Paginator(runs, PAGE_SIZE).get_page(request.GET.get("page"))
+    """The runs list: the API's filters and orderings (runs.selectors), page numbers."""
+    try:
+        filters, problem = RunFilters.from_params(request.GET), ""
+    except RunFilterError as error:
+        filters, problem = RunFilters(), str(error)
+    page = Paginator(runs_list(filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
     return render(
         request,
         "runs/run_list.html",
-        {"page": page, "filters": filters, "states": RunState.values},
+        {
+            "page": page,
+            "page_numbers": page.paginator.get_elided_page_range(page.number),
+            "query": query.urlencode(),
+            "filters": filters,
+            "problem": problem,
+            "states": RunState.values,
+            "kinds": RunKind.values,
+            "orderings": ORDERING_LABELS,
+        },
     )
 
 
 @guarded
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("experiment", "revision"), pk=run_id)
+    return _run_page(request, run)
+
+
+def _run_page(request: HttpRequest, run: Run, eval_form: EvaluateForm | None = None):
+    """The run's page; a refused Evaluate form shows it again as it was filled in (422)."""
+    if run.is_eval:
+        evaluation = {"eval_run": eval_run_context(run)}
+    else:
+        evaluation = evaluations_context(run, request.user, eval_form)
     return render(
         request,
         "runs/run_detail.html",
         {
             "run": run,
-            "events": run.events.all(),
-            "can_stop": may(request.user, "run-stop", "POST") and not run.is_final,
-            "can_resume": may(request.user, "run-resume", "POST")
-            and run.state == RunState.INTERRUPTED,
+            "events": recent_events(run),
+            "processes": where_it_runs(run),
+            **run_controls(run, request.user),
+            "chart_context": {**chart_context(run), "now": timezone.now().isoformat()},
             "files": artifacts.list_artifacts(run.pk),
             "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
+            **evaluation,
         },
+        status=refused_status(request, eval_form is not None and eval_form.errors),
     )
+
+
+@guarded
+def run_evaluate(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Launch an eval run of this run's checkpoint, or show the page again with what is
+    wrong with the form."""
+    source = get_object_or_404(Run.objects.select_related("experiment", "revision"), pk=run_id)
+    form = EvaluateForm(request.POST)
+    if form.is_valid():
+        try:
+            run, _ = request_evaluation(source, form.request(), user=request.user)
+        except EvaluationRefused as error:
+            if source.is_eval:  # its page has no form to show the problem beside
+                messages.error(request, error.problems["run"])
+                return redirect("run-detail", run_id=source.pk)
+            for name, problem in error.problems.items():
+                form.add_error(name if name in form.fields else None, problem)
+        else:
+            messages.info(
+                request, f"Run {run.pk} evaluates run {source.pk}'s checkpoint of iteration "
+                f"{run.source_iteration}.",
+            )  # fmt: skip
+            return redirect("run-detail", run_id=run.pk)
+    return _run_page(request, source, eval_form=form)
 
 
 @guarded
@@ -120,4 +173,25 @@ def run_diff(request: HttpRequest, run_id: int, other_id: int) -> HttpResponse:
         request,
         "experiments/diff.html",
         {"title": f"Run {other.pk} → run {run.pk}", "lines": lines, "back_run": run},
+    )
+
+
+@guarded
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """Overlay the charts of the runs in `?ids=1,2,…`."""
+    ids = request.GET.get("ids", "")
+    try:
+        runs = runs_to_compare(ids)
+    except BadRunIds as error:
+        return render(request, "runs/compare.html", {"error": str(error), "ids": ids}, status=400)
+    return render(
+        request,
+        "runs/compare.html",
+        {
+            "runs": runs,
+            "compared": [chart_context(run) for run in runs],
+            "differences": config_differences(runs),
+            "evaluations": compared_evaluations(runs),
+            "ids": ids,
+        },
     )

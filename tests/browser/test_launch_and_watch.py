@@ -41,6 +41,21 @@ def test_a_launched_run_goes_live_to_succeeded(page):
     header = page.locator("#run-header")
     expect(header).to_have_attribute("data-state", "succeeded", timeout=180_000)
     expect(page.locator("#run-logs")).to_contain_text("finished 3/3 iterations", timeout=30_000)
+    # The real trainer's metrics on the charts: one line per horizon of the pattern (5,
+    # 10, 15), every iteration once; and its per-task counts in the task table.
+    lines = page.wait_for_function(
+        """() => {
+          const chart = window.armatureCharts && window.armatureCharts.success_horizon;
+          if (!chart || !chart.armature || chart.data[0].length !== 3) return null;
+          return chart.armature.lines.map(l => [l.label, chart.data[0], chart.data[l.mean]]);
+        }""",
+        timeout=30_000,
+    ).json_value()
+    assert [label for label, _, _ in lines] == ["h5", "h10", "h15"]
+    for _, steps, rates in lines:
+        assert steps == [1, 2, 3] and all(0 <= r <= 1 for r in rates)
+    expect(page.locator("#task-table tbody tr")).to_have_count(3)  # one task per iteration
+    expect(page.locator('#run-summary [data-field="iteration"]')).to_have_text("3 / 3")
     page.screenshot(path=str(page.stack.log_dir / "run.png"), full_page=True)
     page.goto(page.stack.url + "/runs/")
     expect(page.locator("tr[data-state=succeeded]")).to_have_count(1)

@@ -73,7 +73,10 @@ def test_it_uses_redis_for_broker_results_and_channels_when_redis_url_is_set(tmp
     loaded = load_settings(tmp_path, REDIS_URL="redis://127.0.0.1:6379/3")
     assert loaded["broker"] == loaded["results"] == "redis://127.0.0.1:6379/3"
     assert loaded["layer"] == "channels_redis.core.RedisChannelLayer"
-    assert loaded["layer_config"] == {"hosts": [{"address": "redis://127.0.0.1:6379/3"}]}
+    assert loaded["layer_config"] == {
+        "hosts": [{"address": "redis://127.0.0.1:6379/3"}],
+        "capacity": 2000,  # shared by all of a web process's consumers
+    }
 
 
 def test_it_reads_secret_debug_hosts_and_ray_address(tmp_path):

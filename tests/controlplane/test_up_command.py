@@ -4,6 +4,7 @@ demo to launch, and Ctrl-C leaves no process behind (Ray included)."""
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +30,8 @@ def healthz(url: str) -> dict | None:
 
 
 def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
+    # Ray's fixed default ports, taken (as by another Ray head): up chooses others.
+    held = hold_ports([10001, 52365])
     var_dir = tmp_path / "var"
     port = free_port()
     env = {
@@ -36,11 +39,12 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
         for k, v in os.environ.items()
         if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE"}
     }
+    ray_dashboard = free_port()
     env.update(
         ARMATURE_VAR_DIR=str(var_dir),
         ARMATURE_ADMIN_PASSWORD="admin-pw-for-tests",
         ARMATURE_RAY_PORT=str(free_port()),
-        ARMATURE_RAY_DASHBOARD_PORT=str(free_port()),
+        ARMATURE_RAY_DASHBOARD_PORT=str(ray_dashboard),
     )
     log_path = tmp_path / "up.log"
     with open(log_path, "wb") as log:
@@ -61,6 +65,12 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
         assert f"Armature: http://127.0.0.1:{port}/" in output
         assert "log in as admin / admin-pw-for-tests" in output
         assert reports[-1]["checks"]["ray"] == {"up": True}  # anonymous: no topology
+        # Ray's token authentication is on: the health check above sent the token; a
+        # request without it is refused, and the token is readable by this user only.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{ray_dashboard}/api/jobs/", timeout=10)
+        assert refused.value.code == 401
+        assert (var_dir / "ray_auth_token").stat().st_mode & 0o777 == 0o600
 
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
             assert db.execute("select name from experiments_experiment").fetchall() == [
@@ -74,10 +84,27 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
     finally:
         up.send_signal(signal.SIGINT)  # what Ctrl-C sends
         up.wait(60)
+        for sock in held:
+            sock.close()
 
     wait_until(
         lambda: not pids_with_env("ARMATURE_VAR_DIR", str(var_dir)), 30, "every process to exit"
     )
+
+
+def hold_ports(ports: list[int]) -> list[socket.socket]:
+    """Listen on each port that is free (one someone else holds is taken all the same)."""
+    held = []
+    for port in ports:
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen()
+        held.append(sock)
+    return held
 
 
 def start_up(var_dir, port: int, env: dict, log_path) -> subprocess.Popen:

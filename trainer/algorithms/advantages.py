@@ -43,11 +43,15 @@ def group_normalized_advantages(
 ) -> torch.Tensor:
     """GRPO: ``(score - group mean) / (group std + eps)``, the std with Bessel's correction
     (``torch.std``), as in DeepSeekMath and TRL. Consecutive ``group_size`` scores form a
-    group; a group with identical scores gets zero advantages."""
-    groups = _groups(scores.float(), group_size)
+    group; a group with identical scores gets exactly zero advantages (in float32 the
+    mean of six 1.2s is not 1.2, and that rounding noise divided by its own tiny std
+    would come out as ±0.1)."""
+    groups = _groups(scores.double(), group_size)
     mean = groups.mean(1, keepdim=True)
     std = groups.std(1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
-    return ((groups - mean) / (std + eps)).reshape(-1)
+    advantages = (groups - mean) / (std + eps)
+    equal = groups.amax(1, keepdim=True) == groups.amin(1, keepdim=True)
+    return advantages.masked_fill(equal, 0.0).reshape(-1).to(scores.dtype)
 
 
 def leave_one_out_advantages(scores: torch.Tensor, group_size: int) -> torch.Tensor:

@@ -25,14 +25,17 @@ def trajectory_scores(
 
 class GRPO(OnPolicyAlgorithm):
     name = "grpo"
+    normalizes_advantages = False  # group-relative already
 
     def episode_advantages(self, scores: torch.Tensor) -> torch.Tensor:
         return group_normalized_advantages(scores, self.settings.group_size)
 
-    def compute_returns(self, batch: Trajectories) -> Trajectories:
+    def trajectory_scores(self, batch: Trajectories) -> torch.Tensor:
         s = self.settings
-        scores = trajectory_scores(batch, s.use_plan_reward, s.plan_reward_coef, s.base_h)
-        per_episode = self.episode_advantages(scores)
+        return trajectory_scores(batch, s.use_plan_reward, s.plan_reward_coef, s.base_h)
+
+    def compute_returns(self, batch: Trajectories) -> Trajectories:
+        per_episode = self.episode_advantages(self.trajectory_scores(batch))
         advantage = per_episode[None, :] * batch.valid.float()
         return replace(batch, advantage=advantage, returns=torch.zeros_like(advantage))
 

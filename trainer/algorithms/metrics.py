@@ -7,6 +7,10 @@ Metric names are stable (the control plane charts them and CI gates on them):
 - ``rollout/success_rate``, ``rollout/success_rate_task_{task_id}``,
   ``rollout/plan_success_rate_h{H}`` (e.g. ``rollout/plan_success_rate_h5``)
 - ``rollout/episode_return``, ``rollout/episode_length`` (means, in env actions)
+- the counts themselves, summable across iterations too (a chart of a rate over many
+  iterations sums them, never averages rates): ``counts/episodes``,
+  ``counts/successes``, and the same under ``counts/h{H}/``, ``counts/task{T}/`` and
+  ``counts/task{T}/h{H}/`` (e.g. ``counts/task3/h5/successes``)
 
 Log-only numbers live in these dicts only; they never enter the training batch.
 """
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+
+import torch
 
 from trainer.data.rollout_storage import Trajectories
 
@@ -32,6 +38,11 @@ def episode_counts(trajectories: Trajectories) -> Counter[str]:
             chosen = labels == label
             counts[f"{key}{label}_success_count"] += float(success[chosen].sum())
             counts[f"{key}{label}_total_count"] += float(chosen.sum())
+    cells = torch.stack([trajectories.task_id.long(), trajectories.horizon.long()], dim=1)
+    for task, horizon in cells.unique(dim=0).tolist():
+        chosen = (trajectories.task_id == task) & (trajectories.horizon == horizon)
+        counts[f"task{task}/h{horizon}_success_count"] += float(success[chosen].sum())
+        counts[f"task{task}/h{horizon}_total_count"] += float(chosen.sum())
     return counts
 
 
@@ -53,8 +64,9 @@ def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
         "rollout/episode_length": counts["length_sum"] / episodes,
         "rollout/episodes": episodes,
     }
+    metrics.update(count_metrics(counts))
     for key, total in sorted(counts.items()):
-        if not key.endswith("_total_count") or not total:
+        if not key.endswith("_total_count") or not total or "/" in key:
             continue
         label = key[: -len("_total_count")]
         rate = counts[f"{label}_success_count"] / total
@@ -62,4 +74,22 @@ def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
             metrics[f"rollout/plan_success_rate_h{label[len('plan_h') :]}"] = rate
         else:
             metrics[f"rollout/success_rate_task_{label[len('task') :]}"] = rate
+    return metrics
+
+
+def count_metrics(counts: Counter[str]) -> dict[str, float]:
+    """The counts as ``counts/…`` metrics (names in the module docstring)."""
+    metrics = {"counts/episodes": counts["episodes"], "counts/successes": counts["successes"]}
+    for key, total in sorted(counts.items()):
+        if not key.endswith("_total_count"):
+            continue
+        label = key[: -len("_total_count")]
+        # plan_h{H} → counts/h{H}; task{T} and task{T}/h{H} keep their label.
+        prefix = (
+            f"counts/h{label[len('plan_h') :]}"
+            if label.startswith("plan_h")
+            else (f"counts/{label}")
+        )
+        metrics[f"{prefix}/episodes"] = total
+        metrics[f"{prefix}/successes"] = counts[f"{label}_success_count"]
     return metrics

@@ -20,6 +20,7 @@ from trainer.data.rollout_storage import RolloutStorage, Trajectories, Transitio
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache
 from trainer.models.policy import GaussianChunkPolicy
+from trainer.runtime.collective import Collective
 
 
 @dataclass
@@ -37,7 +38,9 @@ class OnPolicySettings:
     num_minibatches: int = 4
     learning_rate: float = 3e-4
     max_grad_norm: float = 1.0
-    normalize_advantages: bool = True
+    # None: the algorithm's own default (PPO normalises its GAE advantages; GRPO and
+    # RLOO do not, theirs are already relative to their group).
+    normalize_advantages: bool | None = None
     group_size: int = 1
     use_plan_reward: bool = False
     plan_reward_coef: float = 0.0
@@ -54,6 +57,7 @@ def _weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 class OnPolicyAlgorithm(ABC):
     name = "on_policy"
+    normalizes_advantages = True  # when the settings leave it to the algorithm
 
     def __init__(
         self,
@@ -72,6 +76,9 @@ class OnPolicyAlgorithm(ABC):
         # foreach: one multi-tensor kernel per step instead of a loop over parameters;
         # the default on CPU is the loop, which costs ~5% of a small-MLP update.
         self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate, foreach=True)
+        # The other actor ranks this one trains with (none by default); the runner
+        # sets it. Gradients, advantage statistics and early stops are agreed through it.
+        self.collective = Collective()
         self.plan_cache: PlanCache | None = None
         self.storage: RolloutStorage | None = None
         self._pending: tuple[torch.Tensor, ChunkDraw] | None = None
@@ -169,11 +176,18 @@ class OnPolicyAlgorithm(ABC):
         return replace(trajectories, value=flat.view(obs.shape[:2]))
 
     # ----- learning ------------------------------------------------------------
+    def trajectory_scores(self, batch: Trajectories) -> torch.Tensor:
+        """What a trajectory scored, for the group filter: its success."""
+        return batch.episode_success.float()
+
     @abstractmethod
     def compute_returns(self, batch: Trajectories) -> Trajectories:
         """Fill ``advantage`` (and ``returns`` for a critic) of a collected batch."""
 
     def update(self, batch: Trajectories) -> dict[str, float]:
+        return self.update_rows(batch.training_samples())
+
+    def update_rows(self, samples: dict[str, torch.Tensor]) -> dict[str, float]:
         """Clipped policy-gradient epochs over shuffled minibatches of valid rows.
 
         Rows of masked groups (loss mask 0) stay in the batch with weight 0, so the
@@ -182,18 +196,27 @@ class OnPolicyAlgorithm(ABC):
         that minibatch's gradient step.
         """
         s = self.settings
-        samples = batch.training_samples()
         weight = samples["weight"]
-        if s.normalize_advantages and weight.sum() > 0:
+        normalize = s.normalize_advantages
+        if normalize is None:
+            normalize = self.normalizes_advantages
+        if normalize:
             adv = samples["advantage"]
-            mean = _weighted_mean(adv, weight)
-            std = _weighted_mean((adv - mean) ** 2, weight).sqrt()
-            samples["advantage"] = (adv - mean) / (std + 1e-8)
+            # Statistics over every rank's rows, so all ranks scale alike.
+            moments = self.collective.sum_tensor(
+                torch.stack([(adv * weight).sum(), (adv**2 * weight).sum(), weight.sum()])
+            )
+            if moments[2] > 0:
+                mean = moments[0] / moments[2]
+                std = (moments[1] / moments[2] - mean**2).clamp(min=0).sqrt()
+                samples["advantage"] = (adv - mean) / (std + 1e-8)
         sums: dict[str, float] = {}
         updates = 0
         early_stopped = False
         for _ in range(s.update_epochs):
-            for mb in minibatches(samples, s.num_minibatches, self.generator):
+            # Every rank takes the same number of steps, an idle rank (no task this
+            # iteration) with empty minibatches that contribute nothing.
+            for mb in minibatches(samples, s.num_minibatches, self.generator, keep_empty=True):
                 stats = self._minibatch_step(mb)
                 if stats is None:
                     early_stopped = True
@@ -212,17 +235,20 @@ class OnPolicyAlgorithm(ABC):
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
         s = self.settings
         weight = mb["weight"]
-        if weight.sum() <= 0:
-            return {}
+        total = weight.sum()
         log_prob, entropy = self.policy.chunk_log_prob(
             mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
         )
         log_ratio = log_prob - mb["log_prob"]
         ratio = log_ratio.exp()
         with torch.no_grad():
-            approx_kl = float(_weighted_mean((ratio - 1) - log_ratio, weight))
-            clipped = ((ratio - 1).abs() > s.clip_ratio).float()
-            clip_fraction = float(_weighted_mean(clipped, weight))
+            kl_sum = (((ratio - 1) - log_ratio) * weight).sum()
+            clipped_sum = (((ratio - 1).abs() > s.clip_ratio).float() * weight).sum()
+            # The early stop is one decision for all ranks, on the KL over all rows.
+            kl_sum, all_weight = self.collective.sum_tensor(torch.stack([kl_sum, total.detach()]))
+            approx_kl = float(kl_sum / all_weight.clamp(min=1e-8))
+        if all_weight <= 0:
+            return {}
         if s.target_kl is not None and approx_kl > s.target_kl:
             return None
         advantage = mb["advantage"]
@@ -239,7 +265,7 @@ class OnPolicyAlgorithm(ABC):
             "losses/policy_loss": policy_loss.item(),
             "losses/entropy": entropy_mean.item(),
             "losses/approx_kl": approx_kl,
-            "losses/clip_fraction": clip_fraction,
+            "losses/clip_fraction": float(clipped_sum / total.clamp(min=1e-8)),
         }
         if self.critic is not None:
             value_loss = self._value_loss(mb)
@@ -248,9 +274,27 @@ class OnPolicyAlgorithm(ABC):
         self.optimizer.zero_grad()
         loss.backward()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self._average_gradients(params, total.detach())
         nn.utils.clip_grad_norm_(params, s.max_grad_norm)
         self.optimizer.step()
-        return stats
+        return stats if total > 0 else {}
+
+    def _average_gradients(self, params: list[torch.Tensor], weight: torch.Tensor) -> None:
+        """Each rank's gradient is of a mean over its own rows; the update follows the
+        mean over every rank's rows: sum of (rows × gradient) over sum of rows. A rank
+        without rows adds nothing, and shrinks nobody's step. One all-reduce of one
+        flat buffer per step."""
+        if self.collective.world_size == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.ones(1)]) * weight
+        self.collective.sum_tensor(flat)
+        flat = flat[:-1] / flat[-1].clamp(min=1e-8)
+        offset = 0
+        for param, grad in zip(params, grads, strict=True):
+            size = grad.numel()
+            param.grad = flat[offset : offset + size].view_as(param).clone()
+            offset += size
 
     def _value_loss(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         assert self.critic is not None

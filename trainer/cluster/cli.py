@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from typing import Any, TextIO
 
 from .errors import ClusterConfigError
-from .plan import HARDWARE, NODE, Plan, ProcessPlacement
+from .plan import ACCELERATOR, HARDWARE, NODE, Plan, ProcessPlacement
 from .ranks import format_ranks
 from .resolution import resolve_placement
 from .yaml_io import load_cluster_yaml
@@ -93,14 +92,25 @@ def format_plan(plan: Plan) -> str:
     ]
     summary = ", ".join(f"{name}: {len(processes)}" for name, processes in plan.components.items())
     lines += ["", f"{plan.cluster.num_nodes} nodes; processes per component: {summary}"]
-    by_env: dict[tuple[tuple[str, str], ...], list[int]] = defaultdict(list)
-    for node in plan.cluster.nodes:
-        by_env[tuple(sorted(node.env_vars.items()))].append(node.rank)
-    lines += ["", "node env vars (each process also gets its accelerator-visibility variable):"]
-    for env, ranks in by_env.items():
-        text = " ".join(f"{key}={value}" for key, value in env) or "(none)"
-        noun = "node" if len(ranks) == 1 else "nodes"
-        lines.append(f"  {noun} {format_ranks(ranks)}: {text}")
+    lines += [
+        "",
+        "env vars and interpreter by node group (a process gets those of the group it is placed",
+        "through; through 'node' or 'cluster', all those of its node's groups):",
+    ]
+    configured = False
+    for group in plan.cluster.node_groups:
+        for env in group.env_configs:
+            configured = True
+            settings = [f"{key}={value}" for key, value in env.env_vars]
+            if env.python_interpreter_path:
+                settings.append(f"python={env.python_interpreter_path}")
+            noun = "node" if len(env.node_ranks) == 1 else "nodes"
+            lines.append(
+                f"  {group.label} {noun} {format_ranks(env.node_ranks)}: "
+                + (" ".join(settings) or "(none)")
+            )
+    if not configured:
+        lines.append("  (none)")
     return "\n".join(lines) + "\n"
 
 
@@ -113,12 +123,14 @@ def _row(process: ProcessPlacement) -> tuple[str, ...]:
         noun = process.hardware_type or "accelerator"
     visible = next(
         (
-            f"{key}={value}"
+            f"{key}={value}" if value else f'{key}="" (none)'
             for key, value in process.env_vars.items()
             if key.endswith("VISIBLE_DEVICES")
         ),
-        "",
+        "(node's own)",  # no accelerator declared on the node: nothing is hidden
     )
+    if process.resource_kind != ACCELERATOR and process.visible_accelerators:
+        visible += " (all)"  # placed per node or on hardware: sees the whole node
     return (
         process.component,
         str(process.process_rank),

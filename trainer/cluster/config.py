@@ -74,6 +74,8 @@ def _group_to_dict(group: NodeGroup) -> dict[str, Any]:
         data["accelerators"] = _accelerators_to_dict(group.accelerators)
     if group.env_configs:
         data["env_configs"] = [_env_to_dict(env) for env in group.env_configs]
+    if group.ignore_hardware:
+        data["ignore_hardware"] = True
     if group.hardware is not None:
         data["hardware"] = {
             "type": group.hardware.type,

@@ -88,16 +88,28 @@ class NodeGroup:
     env_configs: tuple[EnvConfig, ...] = ()
     hardware: Hardware | None = None
     accelerators: Accelerators | None = None
+    # RLinf's `ignore_hardware: true`: the group's resources are its nodes, whatever
+    # accelerators they have (its processes still see them all).
+    ignore_hardware: bool = False
 
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """Everything a process on this node inherits from the inventory."""
+    """What the inventory says about one node, across all the groups it belongs to.
+
+    A process gets the env vars and interpreter of the group it is placed through
+    (`Cluster.group_environment`); these node-wide values serve processes placed through
+    the reserved `node` and `cluster` groups. `env_vars` merges every group's (a key is set
+    once per node across groups); `python_interpreter_path` is the node's interpreter when
+    its groups name at most one, None when they name none or differ (see
+    `python_interpreters`, by group label).
+    """
 
     rank: int
     accelerators: Accelerators | None
     env_vars: Mapping[str, str]
     python_interpreter_path: str | None
+    python_interpreters: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def num_accelerators(self) -> int:
@@ -135,33 +147,61 @@ class Cluster:
     def _groups_by_label(self) -> dict[str, NodeGroup]:
         return {group.label: group for group in self.node_groups}
 
+    def group_environment(self, label: str, rank: int) -> tuple[Mapping[str, str], str | None]:
+        """Env vars and interpreter a process placed through group `label` gets on node
+        `rank` (the group's env config covering that node; nothing when none does)."""
+        return self._group_environments.get(label, {}).get(rank, ({}, None))
+
+    @cached_property
+    def _group_environments(
+        self,
+    ) -> dict[str, dict[int, tuple[Mapping[str, str], str | None]]]:
+        """Per group label, per node rank: (env vars, interpreter). Conflicts are validation
+        errors; on an unvalidated cluster the first declaration wins here."""
+        environments: dict[str, dict[int, tuple[Mapping[str, str], str | None]]] = {}
+        for group in self.node_groups:
+            per_node: dict[int, tuple[dict[str, str], str | None]] = {}
+            for env in group.env_configs:
+                for rank in env.node_ranks:
+                    node_env, interpreter = per_node.get(rank, ({}, None))
+                    for key, value in env.env_vars:
+                        node_env.setdefault(key, value)
+                    per_node[rank] = (node_env, interpreter or env.python_interpreter_path)
+            environments.setdefault(group.label, per_node)
+        return environments
+
     @cached_property
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Per-node facts. Conflicts (two interpreters for a node...) are validation errors;
+        """Per-node facts. Conflicts (two accelerator declarations...) are validation errors;
         on an unvalidated cluster the first declaration wins here."""
         accelerators: dict[int, Accelerators] = {}
         for declaration in self.accelerators:
             for rank in declaration.node_ranks:
                 accelerators.setdefault(rank, declaration.accelerators)
         env_vars: dict[int, dict[str, str]] = {}
-        interpreters: dict[int, str] = {}
+        interpreters: dict[int, dict[str, str]] = {}
         for group in self.node_groups:
             if group.accelerators is not None:
                 for rank in group.node_ranks:
                     accelerators.setdefault(rank, group.accelerators)
-            for env in group.env_configs:
-                for rank in env.node_ranks:
-                    node_env = env_vars.setdefault(rank, {})
-                    for key, value in env.env_vars:
-                        node_env.setdefault(key, value)
-                    if env.python_interpreter_path is not None:
-                        interpreters.setdefault(rank, env.python_interpreter_path)
-        return tuple(
-            NodeInfo(
-                rank=rank,
-                accelerators=accelerators.get(rank),
-                env_vars=env_vars.get(rank, {}),
-                python_interpreter_path=interpreters.get(rank),
+        for label, per_node in self._group_environments.items():
+            for rank, (group_env, interpreter) in per_node.items():
+                node_env = env_vars.setdefault(rank, {})
+                for key, value in group_env.items():
+                    node_env.setdefault(key, value)
+                if interpreter is not None:
+                    interpreters.setdefault(rank, {})[label] = interpreter
+        nodes = []
+        for rank in range(self.num_nodes):
+            by_group = interpreters.get(rank, {})
+            distinct = set(by_group.values())
+            nodes.append(
+                NodeInfo(
+                    rank=rank,
+                    accelerators=accelerators.get(rank),
+                    env_vars=env_vars.get(rank, {}),
+                    python_interpreter_path=distinct.pop() if len(distinct) == 1 else None,
+                    python_interpreters=by_group,
+                )
             )
-            for rank in range(self.num_nodes)
-        )
+        return tuple(nodes)

@@ -5,6 +5,7 @@ Two forms, freely mixed:
     actor,inference: 0-7                      # short form: the whole cluster's accelerators
     env: {node_group: franka, placement: 0-1}  # node-group form
     agent: {node_group: "a800,4090", placement: 0-15}   # several groups, numbered in order
+    sim: {node_group: node, placement: 0-1, hide_accelerators: true}   # see no accelerator
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .errors import ConfigIssue, Path
 from .grammar import Segment, parse_placement_string
 
 _COMPONENT_NAME = re.compile(r"[A-Za-z0-9_.\-]+", re.ASCII)
-_RULE_KEYS = ("node_group", "placement")
+_RULE_KEYS = ("node_group", "placement", "hide_accelerators")
 _SEGMENT_LIKE = re.compile(r"(?:[0-9:\- ]|all)+")
 
 
@@ -31,15 +32,25 @@ class ComponentRule:
     text: str
     segments: tuple[Segment, ...]
     path: Path
+    # Processes not placed on accelerators see all of their node's accelerators (simulators
+    # and robot drivers may render on them) unless this is set; accelerator-placed
+    # processes always see only their own.
+    hide_accelerators: bool = False
 
 
 def normalize_placement_value(value: object) -> object:
-    """Canonical stored form of one entry: strings for ranks and labels, as written."""
+    """Canonical stored form of one entry: strings for ranks and labels, as written, except
+    that a YAML list of node group labels becomes the comma-separated text it means
+    (`[robot, gpu]` is `"robot,gpu"`), so both spellings give the same cluster."""
     if isinstance(value, Mapping):
         normalized: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(item, list | tuple):
-                normalized[str(key)] = [_scalar_text(label) for label in item]
+                items = [_scalar_text(label) for label in item]
+                if key == "node_group" and items and all(isinstance(i, str) for i in items):
+                    normalized[str(key)] = ",".join(label.strip() for label in items)
+                else:
+                    normalized[str(key)] = items
             else:
                 normalized[str(key)] = _scalar_text(item)
         return normalized
@@ -121,6 +132,7 @@ def _parse_rule(
 ) -> ComponentRule | None:
     value = normalize_placement_value(value)
     node_groups: tuple[str, ...] | None = None
+    hide = False
     text_path = path
     if isinstance(value, Mapping):
         for key in value:
@@ -135,7 +147,7 @@ def _parse_rule(
                     ConfigIssue(
                         "placement.unknown_key",
                         f"unknown key '{key}' in the placement of '{component}'; "
-                        f"expected node_group and placement{hint}",
+                        f"expected node_group, placement and hide_accelerators{hint}",
                         (*path, key),
                         component=component,
                     )
@@ -155,6 +167,17 @@ def _parse_rule(
             node_groups = _parse_node_group_labels(value["node_group"], component, path, issues)
             if node_groups is None:
                 return None
+        hide = value.get("hide_accelerators", False)
+        if not isinstance(hide, bool):
+            issues.append(
+                ConfigIssue(
+                    "placement.hide_accelerators",
+                    f"hide_accelerators of '{component}' must be true or false, not {hide!r}",
+                    (*path, "hide_accelerators"),
+                    component=component,
+                )
+            )
+            return None
         text = value["placement"]
     else:
         text = value
@@ -173,7 +196,7 @@ def _parse_rule(
     issues.extend(syntax_issues)
     if syntax_issues:
         return None
-    return ComponentRule(names, node_groups, text, tuple(segments), text_path)
+    return ComponentRule(names, node_groups, text, tuple(segments), text_path, hide)
 
 
 def _parse_node_group_labels(

@@ -21,8 +21,11 @@ class ProcessPlacement:
     `resource_ranks` are the ranks as written in the placement (numbered within the node
     group, or across the listed groups); `local_hardware_ranks` are the same resources'
     indices on the node (GPU index, or robot index among the group's robots on that node).
-    `env_vars` is the node's environment plus the accelerator-visibility variable limited
-    to `visible_accelerators` (empty when the process owns no accelerator).
+    `env_vars` is the process's environment plus the accelerator-visibility variable set to
+    `visible_accelerators`: its own devices when placed on accelerators; every accelerator
+    of its node otherwise (as RLinf does: simulators and robot drivers may render on them),
+    none when its component sets `hide_accelerators`. A process not placed on accelerators,
+    on a node with none declared, gets no visibility variable.
     """
 
     component: str

@@ -115,17 +115,26 @@ class _Resolver:
         self.issues = issues
         self.max_processes = max_processes
         self._groups: dict[str, GroupResources] = {}
-        self._node_env: list[tuple[dict[str, str], str, str | None]] = []
+        self._node_accelerators: list[tuple[str, tuple[int, ...]]] = []
 
     @property
-    def node_env(self) -> list[tuple[dict[str, str], str, str | None]]:
-        """Per node: its env vars, visibility variable name and interpreter."""
-        if not self._node_env and self.cluster is not None:
-            self._node_env = [
-                (dict(node.env_vars), node.visibility_env_var, node.python_interpreter_path)
+    def node_accelerators(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Per node: its visibility variable name and its accelerators' indices."""
+        if not self._node_accelerators and self.cluster is not None:
+            self._node_accelerators = [
+                (node.visibility_env_var, tuple(range(node.num_accelerators)))
                 for node in self.cluster.nodes
             ]
-        return self._node_env
+        return self._node_accelerators
+
+    def _environment(self, label: str, node: int) -> tuple[Mapping[str, str], str | None]:
+        """Env vars and interpreter of a process placed through group `label` on `node`: the
+        group's own, or, through the reserved groups, everything the node's groups set."""
+        assert self.cluster is not None
+        if label in RESERVED_LABELS:
+            info = self.cluster.nodes[node]
+            return info.env_vars, info.python_interpreter_path
+        return self.cluster.group_environment(label, node)
 
     def _group(self, label: str) -> GroupResources:
         assert self.cluster is not None
@@ -192,9 +201,42 @@ class _Resolver:
         if plans is None:
             return None
         slots = self._assign(rule, component, resources, plans)
-        if slots is None:
+        if slots is None or not self._interpreters_unambiguous(rule, component, resources, slots):
             return None
-        return {name: self._placements(name, resources, slots) for name in rule.components}
+        return {
+            name: self._placements(name, resources, slots, rule.hide_accelerators)
+            for name in rule.components
+        }
+
+    def _interpreters_unambiguous(
+        self,
+        rule: ComponentRule,
+        component: str,
+        resources: ResourceNumbering,
+        slots: list[tuple[int, int]],
+    ) -> bool:
+        """Through a user group a process gets that group's interpreter; through `node` or
+        `cluster` it gets its node's, which must then be one."""
+        assert self.cluster is not None
+        label = resources.groups[0].label
+        if label not in RESERVED_LABELS:
+            return True
+        node_of = resources.groups[0].node_of
+        for node in sorted({node_of[first] for first, _count in slots}):
+            by_group = self.cluster.nodes[node].python_interpreters
+            if len(set(by_group.values())) > 1:
+                named = ", ".join(f"{group}: {path}" for group, path in by_group.items())
+                self._problem(
+                    rule,
+                    component,
+                    None,
+                    "placement.interpreter_ambiguous",
+                    f"it is placed on node {node} through the reserved group '{label}', but "
+                    f"the node's groups name different interpreters ({named}); place it "
+                    "through one of those groups so it is clear which interpreter it runs",
+                )
+                return False
+        return True
 
     def check_without_cluster(self, rule: ComponentRule) -> None:
         """Rules that need no inventory: whole multiples, process ranks, resource reuse."""
@@ -366,7 +408,11 @@ class _Resolver:
         return slots if ok else None
 
     def _placements(
-        self, component: str, resources: ResourceNumbering, slots: list[tuple[int, int]]
+        self,
+        component: str,
+        resources: ResourceNumbering,
+        slots: list[tuple[int, int]],
+        hide_accelerators: bool,
     ) -> list[ProcessPlacement]:
         single = resources.groups[0] if len(resources.groups) == 1 else None
         node_of = single.node_of if single is not None else _flat_lookup(resources)[0]
@@ -378,7 +424,11 @@ class _Resolver:
             local = per_node.get(node, 0)
             local_ranks.append(local)
             per_node[node] = local + 1
-        node_env = self.node_env
+        node_accelerators = self.node_accelerators
+        # Per (group label, node): its environment, and the env of processes not placed on
+        # accelerators (which depends on nothing else).
+        environments: dict[tuple[str, int], tuple[Mapping[str, str], str | None]] = {}
+        per_node_env: dict[tuple[str, int], tuple[tuple[int, ...], Mapping[str, str]]] = {}
         placements: list[ProcessPlacement] = []
         append = placements.append
         previous: tuple[int, int] | None = None
@@ -397,9 +447,24 @@ class _Resolver:
                     local_hardware: tuple[int, ...] = ()
                 else:
                     local_hardware = tuple(group.local_of[group_first : group_first + count])
-                visible = local_hardware if group.kind == ACCELERATOR else ()
-                env, visibility_var, interpreter = node_env[node]
-                env_vars = MappingProxyType({**env, visibility_var: ",".join(map(str, visible))})
+                key = (group.label, node)
+                environment = environments.get(key)
+                if environment is None:
+                    environment = environments[key] = self._environment(*key)
+                env, interpreter = environment
+                if group.kind == ACCELERATOR:  # its own devices: one env per resource
+                    visible = local_hardware
+                    variable = node_accelerators[node][0]
+                    env_vars = MappingProxyType({**env, variable: ",".join(map(str, visible))})
+                else:  # the same for every process of this group on this node
+                    shared = per_node_env.get(key)
+                    if shared is None:
+                        variable, accelerators = node_accelerators[node]
+                        seen, with_visibility = _visibility(
+                            env, variable, group.kind, (), accelerators, hide_accelerators
+                        )
+                        shared = per_node_env[key] = (seen, MappingProxyType(with_visibility))
+                    visible, env_vars = shared
                 resource_ranks = tuple(range(first, first + count))
                 label, kind, hardware_type = group.label, group.kind, group.hardware_type
             append(
@@ -420,6 +485,33 @@ class _Resolver:
                 )
             )
         return placements
+
+
+def _visibility(
+    env: Mapping[str, str],
+    variable: str,
+    kind: str,
+    local_hardware: tuple[int, ...],
+    node_accelerators: tuple[int, ...],
+    hide_accelerators: bool,
+) -> tuple[tuple[int, ...], dict[str, str]]:
+    """The accelerators a process sees, and `env` plus the visibility variable saying so.
+
+    An accelerator-placed process sees only its own devices. Any other process (placed per
+    node or on robots) sees every accelerator of its node, since robot drivers and
+    simulators may render on them, unless its component asks to hide them. On a node with
+    no declared accelerators such a process gets no variable at all, so nothing the
+    inventory does not know about is hidden from it.
+    """
+    if kind == ACCELERATOR:
+        visible = local_hardware
+    elif hide_accelerators:
+        visible = ()
+    elif node_accelerators:
+        visible = node_accelerators
+    else:
+        return (), dict(env)
+    return visible, {**env, variable: ",".join(map(str, visible))}
 
 
 def _component_name(rule: ComponentRule) -> str:

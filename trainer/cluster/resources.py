@@ -1,6 +1,7 @@
 """Numbering of the resources a placement string counts, for one node group or a list.
 
-A group with `hardware` counts its hardware (in node order, then as listed); a group without
+A group with `ignore_hardware` counts its nodes. A group with `hardware` counts its hardware
+(in node order, then as listed); a group without
 counts its nodes' accelerators (node order, then device index) or, when none of its nodes
 has accelerators, the nodes themselves. The reserved `node` group counts every node by
 node rank; the reserved `cluster` group (the short form) is every node without hardware.
@@ -66,6 +67,9 @@ def group_resources(cluster: Cluster, label: str) -> GroupResources:
     else:
         group = cluster.group(label)
         assert group is not None, label
+        if group.ignore_hardware:
+            ranks = sorted(group.node_ranks)
+            return GroupResources(label, NODE, None, ranks, [0] * len(ranks))
         if group.hardware is not None:
             node_of: list[int] = []
             local_of: list[int] = []

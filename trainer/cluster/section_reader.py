@@ -28,7 +28,14 @@ MAX_NODES = 100_000  # bounds memory for configs from untrusted input (web forms
 MAX_ACCELERATORS_PER_NODE = 1024
 
 _CLUSTER_KEYS = ("num_nodes", "node_groups", "accelerators", "component_placement")
-_GROUP_KEYS = ("label", "node_ranks", "env_configs", "hardware", "accelerators")
+_GROUP_KEYS = (
+    "label",
+    "node_ranks",
+    "env_configs",
+    "hardware",
+    "accelerators",
+    "ignore_hardware",
+)
 _ENV_KEYS = ("node_ranks", "env_vars", "python_interpreter_path")
 _HARDWARE_KEYS = ("type", "configs")
 _ACCELERATOR_KEYS = ("type", "count", "vendor")
@@ -166,7 +173,16 @@ class SectionReader:
         accelerators = None
         if data.get("accelerators") is not None:
             accelerators = self.accelerators(data["accelerators"], (*path, "accelerators"), label)
-        group = NodeGroup(label, ranks or (), tuple(envs), hardware, accelerators)
+        ignore_hardware = data.get("ignore_hardware", False)
+        if not isinstance(ignore_hardware, bool):
+            self.issues.add(
+                "node_group.ignore_hardware",
+                f"ignore_hardware of node group '{label}' must be true or false, not "
+                f"{ignore_hardware!r}",
+                (*path, "ignore_hardware"),
+            )
+            ignore_hardware = False
+        group = NodeGroup(label, ranks or (), tuple(envs), hardware, accelerators, ignore_hardware)
         if ranks is None:
             self.unreadable.add(id(group))
         return group

@@ -81,6 +81,7 @@ class _ClusterRules:
             self.env_configs(group, group_path)
             if group.hardware is not None:
                 self.hardware(group, (*group_path, "hardware"))
+            self.ignore_hardware(group, group_path)
         self.per_node_env()
         self.per_node_accelerators()
         return self.issues.issues
@@ -189,9 +190,11 @@ class _ClusterRules:
                 )
 
     def per_node_env(self) -> None:
-        """An env var key once per node, one interpreter per node, across all groups."""
+        """An env var key once per node across all groups (the seed's rule); one interpreter
+        per node within a group. Groups sharing a node may name different interpreters: a
+        process runs the one of the group it is placed through."""
         key_owner: dict[tuple[int, str], tuple[str, Path]] = {}
-        interpreter_owner: dict[int, tuple[str, Path]] = {}
+        interpreter_owner: dict[tuple[int, int], tuple[str, Path]] = {}
         key_clashes: dict[tuple[str, str, Path], list[int]] = defaultdict(list)
         interpreter_clashes: dict[tuple[str, Path], list[int]] = defaultdict(list)
         for group_index, group in enumerate(self.cluster.node_groups):
@@ -208,7 +211,9 @@ class _ClusterRules:
                 if env.python_interpreter_path is not None:
                     interpreter_path = (*env_path, "python_interpreter_path")
                     for rank in env.node_ranks:
-                        previous = interpreter_owner.setdefault(rank, (owner, interpreter_path))
+                        previous = interpreter_owner.setdefault(
+                            (group_index, rank), (owner, interpreter_path)
+                        )
                         if previous[1] != interpreter_path:
                             interpreter_clashes[(previous[0], interpreter_path)].append(rank)
         for (key, first, where), ranks in key_clashes.items():
@@ -223,8 +228,27 @@ class _ClusterRules:
             self.issues.add(
                 "interpreter.duplicate",
                 f"python_interpreter_path is set more than once for {describe_nodes(ranks)} "
-                f"(already by {first}); each node may have at most one interpreter",
+                f"(already by {first}); a node group may give each node at most one "
+                "interpreter",
                 where,
+            )
+
+    def ignore_hardware(self, group: NodeGroup, group_path: Path) -> None:
+        path = (*group_path, "ignore_hardware")
+        if not isinstance(group.ignore_hardware, bool):
+            self.issues.add(
+                "node_group.ignore_hardware",
+                f"ignore_hardware of node group '{group.label}' must be true or false",
+                path,
+            )
+        elif group.ignore_hardware and group.hardware is not None:
+            # RLinf would still place on the declared hardware; saying both is a mistake.
+            self.issues.add(
+                "node_group.ignore_hardware_conflict",
+                f"node group '{group.label}' declares {group.hardware.type} hardware and sets "
+                "ignore_hardware: true; ignore_hardware makes the group's nodes its resources, "
+                "so remove one of the two",
+                path,
             )
 
     def hardware(self, group: NodeGroup, path: Path) -> None:

@@ -17,6 +17,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
+from trainer.bounded_yaml import YamlLimitError, load_bounded
+
 from .config import cluster_from_dict, cluster_to_dict
 from .errors import ClusterConfigError, ConfigIssue, Path, with_lines
 from .model import Cluster
@@ -81,15 +83,17 @@ def _yaml() -> YAML:
 
 def _parse(text: str) -> tuple[Any, dict[Path, int]]:
     try:
-        document = _yaml().load(text)
+        document = load_bounded(text, typ="rt")  # round-trip mode keeps line numbers
     except YAMLError as error:
         line = None
         if isinstance(error, MarkedYAMLError) and error.problem_mark is not None:
             line = error.problem_mark.line + 1
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ClusterConfigError(
-            [ConfigIssue("yaml.syntax", f"invalid YAML: {problem}", (), line=line)]
-        ) from None
+        if isinstance(error, YamlLimitError):
+            issue = ConfigIssue("yaml.limit", f"YAML refused: {problem}", (), line=line)
+        else:
+            issue = ConfigIssue("yaml.syntax", f"invalid YAML: {problem}", (), line=line)
+        raise ClusterConfigError([issue]) from None
     lines: dict[Path, int] = {}
     return _plain(document, (), lines), lines
 

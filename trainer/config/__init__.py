@@ -1,5 +1,8 @@
-"""The typed experiment config: schema, YAML loading with overrides, key-path errors."""
+"""The typed experiment config: schema, YAML loading with overrides, key-path errors.
 
+`YamlLimits` (from `trainer.bounded_yaml`) are the bounds on any YAML from users."""
+
+from trainer.bounded_yaml import UNSTORABLE, YamlLimits, unstorable_message
 from trainer.config.errors import ConfigError, ConfigProblem
 from trainer.config.loading import (
     apply_override,
@@ -21,6 +24,7 @@ from trainer.config.schema import (
 )
 
 __all__ = [
+    "UNSTORABLE",
     "ActorConfig",
     "AlgorithmConfig",
     "ConfigError",
@@ -32,9 +36,11 @@ __all__ = [
     "RewardFilterConfig",
     "RolloutConfig",
     "RunnerConfig",
+    "YamlLimits",
     "apply_override",
     "dump_config",
     "load_config",
     "parse_yaml",
+    "unstorable_message",
     "validate_config",
 ]

@@ -22,6 +22,7 @@ def format_key_path(parts: Sequence[str | int]) -> str:
 class ConfigProblem:
     path: str
     message: str
+    line: int | None = None  # where the YAML text has it, when known (syntax errors)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

@@ -1,8 +1,9 @@
 """Load an experiment config from YAML plus ``key=value`` overrides and validate it.
 
 YAML is read as YAML 1.2 (ruamel.yaml): PyYAML's YAML 1.1 would turn a placement such
-as ``1:2`` into the base-60 integer 62. Override values use the same parser, so
-``algorithm.name=grpo``, ``rollout.action_horizons_pattern=[5,10,15]`` and
+as ``1:2`` into the base-60 integer 62. It is read within the size, alias and depth
+limits of `trainer.bounded_yaml`, like every YAML from users. Override values use the
+same parser, so ``algorithm.name=grpo``, ``rollout.action_horizons_pattern=[5,10,15]`` and
 ``algorithm.target_kl=null`` all mean what they say.
 """
 
@@ -18,6 +19,8 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from trainer.bounded_yaml import YamlLimitError, load_bounded
+from trainer.cluster import ClusterConfigError, Plan, cluster_from_dict, resolve_placement
 from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
 from trainer.config.errors import ConfigError, ConfigProblem, format_key_path
 from trainer.config.schema import ExperimentConfig
@@ -25,17 +28,31 @@ from trainer.config.schema import ExperimentConfig
 _KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
 
 
-def _yaml() -> YAML:
-    yaml = YAML(typ="safe", pure=True)
-    yaml.version = (1, 2)
-    return yaml
-
-
 def parse_yaml(text: str, source: str = "config") -> Any:
+    """Parse user YAML within the limits of `trainer.bounded_yaml`; raise `ConfigError`."""
     try:
-        return _yaml().load(text)
+        return load_bounded(text)
+    except YamlLimitError as error:
+        mark = error.problem_mark
+        problem = ConfigProblem("", f"{source} is refused: {_located(error)}",
+                                mark.line + 1 if mark is not None else None)  # fmt: skip
+        raise ConfigError([problem]) from None
     except YAMLError as error:
-        raise ConfigError.single("", f"{source} is not valid YAML: {error}") from error
+        raise ConfigError([_problem(source, "is not valid YAML", error)]) from None
+
+
+def _problem(source: str, what: str, error: YAMLError) -> ConfigProblem:
+    """The problem with the line the YAML error points at, so the editor can mark it."""
+    mark = getattr(error, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    return ConfigProblem("", f"{source} {what}: {error}", line)
+
+
+def _located(error: YamlLimitError) -> str:
+    mark = error.problem_mark
+    if mark is None:
+        return str(error.problem)
+    return f"{error.problem} (line {mark.line + 1}, column {mark.column + 1})"
 
 
 def dump_config(config: ExperimentConfig) -> str:
@@ -174,6 +191,7 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError.single("", "the config must be a mapping of sections")
+    cluster_problems, plan = _cluster_problems(data.get("cluster"))
     try:
         config = ExperimentConfig.model_validate(dict(data))
     except ValidationError as error:
@@ -182,11 +200,44 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
                 ConfigProblem(format_key_path(issue["loc"]), _message(issue))
                 for issue in error.errors()
             ]
+            + cluster_problems
         ) from None
-    problems = _consistency_problems(config)
+    problems = _consistency_problems(config) + cluster_problems + _env_worker_problems(config, plan)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _cluster_problems(section: Any) -> tuple[list[ConfigProblem], Plan | None]:
+    """The `cluster:` section checked by `trainer.cluster`: the inventory, then its
+    component placement (when it has one) resolved against it; and that plan."""
+    if not isinstance(section, Mapping):
+        return [], None  # absent (None) is allowed; another type is reported by the schema
+    try:
+        cluster = cluster_from_dict(section, ("cluster",))
+        if cluster.component_placement is not None:
+            return [], resolve_placement(cluster)
+    except ClusterConfigError as error:
+        issues = error.issues
+        return [ConfigProblem(format_key_path(issue.path), issue.message) for issue in issues], None
+    return [], None
+
+
+def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
+    """Placed env workers must give every actor rank at least one worker, and every
+    worker at least one of its rank's copies."""
+    env = plan.components.get("env") if plan is not None else None
+    if not env:
+        return []
+    from trainer.runtime.env_shards import assign_env_shards  # it imports this package
+
+    ranks = len(plan.components.get("actor", ())) or 1
+    copies = config.env.num_parallel_envs * config.algorithm.group_size
+    try:
+        assign_env_shards(env, ranks, copies)
+    except ConfigError as error:
+        return error.problems
+    return []
 
 
 def _message(issue: Mapping[str, Any]) -> str:

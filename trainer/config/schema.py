@@ -16,7 +16,8 @@ from trainer.config.env_defaults import LIBERO_DEFAULT_SUITE, default_max_episod
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are never a meaningful setting (YAML reads `.nan`, `.inf`, `1e400`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class EnvConfig(Section):
@@ -47,6 +48,11 @@ class EnvConfig(Section):
         "trainer's process (best for the built-in env, which is vectorised in torch).",
     )
     camera: bool = Field(False, description="Image observations instead of state (LIBERO).")
+    physics_substeps: PositiveInt = Field(
+        1,
+        description="Built-in env: substeps each action is integrated in (contact checked "
+        "after each); a few hundred make a step cost what a simulator's does.",
+    )
     init_states_per_task: PositiveInt = Field(
         50, description="Size of each task's fixed init-state set (built-in env)."
     )
@@ -107,7 +113,7 @@ class RolloutConfig(Section):
 
 
 class RewardFilterConfig(Section):
-    enabled: bool = Field(False, description="Drop all-success / all-failure groups.")
+    enabled: bool = Field(False, description="Drop groups whose scores are all equal.")
     max_attempts: PositiveInt = Field(
         3, description="Collection passes before giving up and training with a loss mask."
     )
@@ -115,7 +121,13 @@ class RewardFilterConfig(Section):
 
 class AlgorithmConfig(Section):
     name: Literal["ppo", "grpo", "rloo"] = Field("ppo", description="ppo, grpo or rloo.")
-    group_size: PositiveInt = Field(1, description="Rollouts per init state (GRPO/RLOO).")
+    group_size: PositiveInt = Field(1, description="Rollouts per group (GRPO/RLOO).")
+    init_states: Literal["per_group", "per_rollout"] = Field(
+        "per_group",
+        description="per_group: a group's rollouts share one init state (what a group-"
+        "relative baseline compares); per_rollout: every rollout of a round starts from "
+        "its own state, as seed 001 takes them. The same when group_size is 1.",
+    )
     data_batch_size: PositiveInt = Field(64, description="Trajectories per iteration, exactly.")
     gamma: float = Field(0.95, ge=0, le=1, description="Discount per env step (chunk).")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (PPO).")
@@ -143,6 +155,12 @@ class RunnerConfig(Section):
         None, description="Metrics, checkpoints, config; null: var/runs/<name>."
     )
     checkpoint_every: PositiveInt = Field(25, description="Iterations between checkpoints.")
+    env_worker_retries: int = Field(
+        2,
+        ge=0,
+        description="Times an iteration is redone after an env worker died or hung (its "
+        "workers restarted) before the run fails with the reason.",
+    )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
     torch_threads: PositiveInt | None = Field(None, description="null: torch's default.")
 

@@ -11,18 +11,15 @@ from trainer.data.rollout_storage import (
 from trainer.data.samplers import (
     CircularCursor,
     InitStateSampler,
-    RankWithoutTaskError,
     TaskCursor,
     round_init_state_indices,
     shard_tasks,
-    tasks_for_rank,
 )
 
 __all__ = [
     "TRAINING_KEYS",
     "CircularCursor",
     "InitStateSampler",
-    "RankWithoutTaskError",
     "RolloutStorage",
     "TaskCursor",
     "Trajectories",
@@ -31,5 +28,4 @@ __all__ = [
     "minibatches",
     "round_init_state_indices",
     "shard_tasks",
-    "tasks_for_rank",
 ]

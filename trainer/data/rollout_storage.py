@@ -138,6 +138,18 @@ class Trajectories:
         return columns
 
 
+def empty_training_samples(
+    obs_shape: tuple[int, ...], chunk: int, action_dim: int
+) -> dict[str, torch.Tensor]:
+    """No training rows, shaped like real ones: what a rank without a task this
+    iteration trains on while it joins the others' gradient sync."""
+    rows: dict[str, torch.Tensor] = {name: torch.zeros(0) for name in TRAINING_KEYS}
+    rows["obs"] = rows["plan_obs"] = torch.zeros(0, *obs_shape)
+    rows["actions"] = torch.zeros(0, chunk, action_dim)
+    rows["chunk_offset"] = rows["plan_horizon"] = torch.zeros(0, dtype=torch.long)
+    return rows
+
+
 def concat_trajectories(parts: list[Trajectories]) -> Trajectories:
     if not parts:
         raise ValueError("nothing to concatenate")
@@ -234,12 +246,16 @@ class RolloutStorage:
 
 
 def minibatches(
-    samples: dict[str, torch.Tensor], num_minibatches: int, generator: torch.Generator | None = None
+    samples: dict[str, torch.Tensor],
+    num_minibatches: int,
+    generator: torch.Generator | None = None,
+    keep_empty: bool = False,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Shuffle the rows and split them into ``num_minibatches`` near-equal parts."""
+    """Shuffle the rows and split them into ``num_minibatches`` near-equal parts
+    (with ``keep_empty``, always that many, some empty when there are fewer rows)."""
     count = next(iter(samples.values())).shape[0]
     order = torch.randperm(count, generator=generator)
     for part in torch.tensor_split(order, num_minibatches):
-        if part.numel():
+        if part.numel() or keep_empty:
             # index_select: several times faster than advanced indexing on CPU
             yield {name: value.index_select(0, part) for name, value in samples.items()}

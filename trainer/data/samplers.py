@@ -12,17 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-class RankWithoutTaskError(ValueError):
-    """Raised at startup when a rank would get no task.
-
-    Armature rejects such a configuration instead of letting the rank idle: an idle
-    rank would either hang the others' gradient all-reduce or train on nothing.
-    """
-
-
 def shard_tasks(task_ids: list[int], world_size: int) -> list[list[int]]:
     """Round-robin sharding: ``shard_tasks(list(range(9)), 2)`` is
-    ``[[0, 2, 4, 6, 8], [1, 3, 5, 7]]``."""
+    ``[[0, 2, 4, 6, 8], [1, 3, 5, 7]]``; with more ranks than tasks the last ranks get
+    ``[]`` (seed 001's ``rank1: []``)."""
     if world_size < 1:
         raise ValueError("world_size must be at least 1")
     shards: list[list[int]] = [[] for _ in range(world_size)]
@@ -31,31 +24,17 @@ def shard_tasks(task_ids: list[int], world_size: int) -> list[list[int]]:
     return shards
 
 
-def tasks_for_rank(task_ids: list[int], rank: int, world_size: int) -> list[int]:
-    """This rank's tasks; raises ``RankWithoutTaskError`` if it would have none."""
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
-    if len(task_ids) < world_size:
-        raise RankWithoutTaskError(
-            f"env.task_ids has {len(task_ids)} task(s) but there are {world_size} actor "
-            f"ranks: ranks {len(task_ids)}..{world_size - 1} would have no task. Use at "
-            f"most {len(task_ids)} actor rank(s) or list more tasks."
-        )
-    return shard_tasks(task_ids, world_size)[rank]
-
-
 @dataclass
 class TaskCursor:
-    """Cycles through a rank's tasks, one per iteration."""
+    """Cycles through a rank's tasks, one per iteration; ``None`` for a rank without
+    tasks, which idles every iteration (and still joins the gradient sync)."""
 
     tasks: list[int]
     position: int = 0
 
-    def __post_init__(self) -> None:
+    def current(self) -> int | None:
         if not self.tasks:
-            raise RankWithoutTaskError("a task cursor needs at least one task")
-
-    def current(self) -> int:
+            return None
         return self.tasks[self.position % len(self.tasks)]
 
     def advance(self) -> None:
@@ -106,14 +85,24 @@ class InitStateSampler:
 
 
 def round_init_state_indices(
-    sampler: InitStateSampler, task_id: int, num_parallel_envs: int, group_size: int
+    sampler: InitStateSampler,
+    task_id: int,
+    num_parallel_envs: int,
+    group_size: int,
+    mode: str = "per_group",
 ) -> list[int]:
     """Init-state index for each of the ``num_parallel_envs × group_size`` env slots.
 
-    With ``group_size == 1`` (PPO) every slot gets its own consecutive state. With
-    groups (GRPO/RLOO) the cursor hands out ``num_parallel_envs`` states and each is
-    run ``group_size`` times in consecutive slots, because a group is defined as
-    ``group_size`` rollouts from one init state.
+    ``per_rollout`` (seed 001): the cursor hands out ``num_parallel_envs × group_size``
+    consecutive states, one per slot. ``per_group``: it hands out ``num_parallel_envs``
+    states and each is run ``group_size`` times in consecutive slots, so a group's
+    rollouts differ by the policy's sampling, not by where they started — what
+    GRPO's and RLOO's group-relative baselines compare. With ``group_size == 1`` the
+    two are the same.
     """
+    if mode == "per_rollout":
+        return sampler.take(task_id, num_parallel_envs * group_size)
+    if mode != "per_group":
+        raise ValueError(f"unknown init-state mode {mode!r}: per_group or per_rollout")
     states = sampler.take(task_id, num_parallel_envs)
     return [state for state in states for _ in range(group_size)]

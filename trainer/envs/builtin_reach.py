@@ -18,6 +18,12 @@ exactly the case the time-out bootstrap is for.
 Actions: ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in ``[-1, 1]`` (clipped). The
 three rotation dims have no effect here; they exist so policies keep the 7-d shape of
 real arms. ``gripper > 0`` closes the gripper.
+
+``physics_substeps``: each action is integrated in that many substeps, contact with the
+goal checked after each (an effector that passes through the goal region within one
+action stops there, solved). One substep is the default and the cheapest; a few hundred
+make a step cost about what a physics simulator's does, which is what benchmarks of
+distributed stepping need from an env that has no simulator behind it.
 """
 
 from __future__ import annotations
@@ -48,9 +54,12 @@ class BuiltinReachEnv(VectorEnv):
         step_size: float = 0.1,
         camera: bool = False,
         suite: str | None = None,
+        physics_substeps: int = 1,
     ) -> None:
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
+        if physics_substeps < 1:
+            raise ValueError(f"physics_substeps must be at least 1, not {physics_substeps}")
         if camera:
             raise ValueError("the built-in env is state-only: it has no camera")
         if suite is not None:
@@ -61,6 +70,7 @@ class BuiltinReachEnv(VectorEnv):
         self.max_episode_steps = max_episode_steps
         self.success_radius = success_radius
         self.step_size = step_size
+        self.physics_substeps = physics_substeps
         self.obs_shape = (3 + 1 + 3 * NUM_MARKERS + self.num_tasks,)
         self._init_state_sets = [
             _make_init_states(seed, task_id, init_states_per_task)
@@ -111,16 +121,11 @@ class BuiltinReachEnv(VectorEnv):
             running = ~(terminated | truncated)
             if not running.any():
                 break
-            move = self.step_size * actions[:, k, :3]
-            self._effector = torch.where(
-                running[:, None], (self._effector + move).clamp(-1.0, 1.0), self._effector
-            )
             closed = actions[:, k, 6] > 0
             self._gripper_closed = torch.where(running, closed, self._gripper_closed)
             self._elapsed += running.long()
             executed += running.long()
-            near = (self._effector - target).norm(dim=1) < self.success_radius
-            solved = running & near & (self._gripper_closed == wants_closed)
+            solved = self._move(running, actions[:, k, :3], target, wants_closed)
             reward += solved.float()
             terminated |= solved
             truncated |= running & ~solved & (self._elapsed >= self.max_episode_steps)
@@ -137,6 +142,23 @@ class BuiltinReachEnv(VectorEnv):
             final_observation=final_observation,
             executed_actions=executed,
         )
+
+    def _move(
+        self, running: torch.Tensor, direction: torch.Tensor, target: torch.Tensor, closed: bool
+    ) -> torch.Tensor:
+        """Move the running copies by one action in `physics_substeps` substeps; which
+        reached the goal with the gripper as the task wants (they stop there)."""
+        move = self.step_size * direction / self.physics_substeps
+        gripper_ok = self._gripper_closed == closed
+        solved = torch.zeros_like(running)
+        for _ in range(self.physics_substeps):
+            moving = running & ~solved
+            self._effector = torch.where(
+                moving[:, None], (self._effector + move).clamp(-1.0, 1.0), self._effector
+            )
+            near = (self._effector - target).norm(dim=1) < self.success_radius
+            solved |= moving & near & gripper_ok
+        return solved
 
     def _restart(self, which: torch.Tensor) -> None:
         start = self._start[which]

@@ -34,12 +34,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.config.env_defaults import LIBERO_DEFAULT_SUITE, LIBERO_SUITE_MAX_STEPS
+from trainer.config.env_defaults import (
+    LIBERO_DEFAULT_SUITE,
+    LIBERO_INIT_STATES_PER_TASK,
+    LIBERO_SUITE_MAX_STEPS,
+)
 from trainer.envs.libero_setup import import_libero
 from trainer.envs.vector_env import EnvStep, VectorEnv
 
 ACTION_DIM = 7
-NUM_INIT_STATES = 50
+NUM_INIT_STATES = LIBERO_INIT_STATES_PER_TASK
 # The most movable objects in any LIBERO task (libero_10 / libero_90 have 8); each
 # contributes position, quaternion and both relative to the effector: 14 floats.
 MAX_OBJECTS = 8

@@ -8,13 +8,16 @@ to the rollout loop it is just another ``VectorEnv``. Workers are started with
 deadlock the child), so ``factory`` must be picklable, e.g. a ``functools.partial`` of
 an env class.
 
-A worker that dies or fails is not papered over: the next call raises
-``EnvWorkerError`` naming the worker, its pid and the reason.
+A worker that dies, fails or stops answering (``reply_timeout_s``) is not papered
+over: the call raises ``EnvWorkerError`` naming the worker, its pid and the reason.
+``restart_workers`` then replaces dead workers with fresh ones, which is how the runner
+recovers: it restarts them and redoes the iteration.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -22,10 +25,12 @@ from typing import Any
 
 import torch
 
-from trainer.envs.vector_env import EnvStep, VectorEnv
+from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
+from trainer.runtime.env_shards import shard_sizes
 
 EnvFactory = Callable[..., VectorEnv]
 _POLL_SECONDS = 0.5
+_START_TIMEOUT_S = 300.0  # a worker importing torch and building its simulator
 
 
 class EnvWorkerError(RuntimeError):
@@ -72,30 +77,58 @@ def _serve(connection: Connection, factory: EnvFactory, num_envs: int) -> None:
 
 
 class SubprocVectorEnv(VectorEnv):
-    def __init__(self, factory: EnvFactory, num_envs: int, num_workers: int) -> None:
+    def __init__(
+        self,
+        factory: EnvFactory,
+        num_envs: int,
+        num_workers: int,
+        reply_timeout_s: float = 600.0,
+    ) -> None:
         if not 1 <= num_workers <= num_envs:
             raise ValueError(f"num_workers must be in 1..num_envs ({num_envs})")
         self.num_envs = num_envs
-        base, extra = divmod(num_envs, num_workers)
-        self.shard_sizes = [base + (1 if worker < extra else 0) for worker in range(num_workers)]
-        context = mp.get_context("spawn")
+        self.reply_timeout_s = reply_timeout_s
+        self._factory = factory
+        self.shard_sizes = shard_sizes(num_envs, num_workers)
         self._connections: list[Connection] = []
         self._processes: list[Any] = []
-        for size in self.shard_sizes:
-            parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, factory, size), daemon=True)
-            process.start()
-            child.close()
-            self._connections.append(parent)
+        for worker in range(num_workers):
+            connection, process = self._start(worker)
+            self._connections.append(connection)
             self._processes.append(process)
         self._closed = False
-        meta = self._gather("start")[0]
+        meta = [self._receive(w, "starting", _START_TIMEOUT_S) for w in range(num_workers)][0]
         self.num_tasks = meta["num_tasks"]
         self.obs_shape = tuple(meta["obs_shape"])
         self.action_dim = meta["action_dim"]
         self.max_episode_steps = meta["max_episode_steps"]
         self._task_names = meta["task_names"]
         self._init_states: dict[int, torch.Tensor] = {}
+
+    def _start(self, worker: int) -> tuple[Connection, Any]:
+        parent, child = mp.get_context("spawn").Pipe()
+        process = mp.get_context("spawn").Process(
+            target=_serve, args=(child, self._factory, self.shard_sizes[worker]), daemon=True
+        )
+        process.start()
+        child.close()
+        return parent, process
+
+    def restart_workers(self) -> list[str]:
+        """Replace every worker that is no longer alive; what was restarted, one line
+        each. The restarted shards need a reset before they step again."""
+        restarted = []
+        for worker, process in enumerate(self._processes):
+            if process.is_alive():
+                continue
+            self._connections[worker].close()
+            self._connections[worker], self._processes[worker] = self._start(worker)
+            self._receive(worker, "restarting", _START_TIMEOUT_S)
+            restarted.append(
+                f"env worker {worker} (pid {process.pid}, exit code {process.exitcode}) "
+                f"restarted as pid {self._processes[worker].pid}"
+            )
+        return restarted
 
     def _send(self, worker: int, message: tuple[str, Any], doing: str) -> None:
         try:
@@ -108,13 +141,22 @@ class SubprocVectorEnv(VectorEnv):
                 f"{process.exitcode} while {doing}"
             ) from None
 
-    def _receive(self, worker: int, doing: str) -> Any:
+    def _receive(self, worker: int, doing: str, timeout_s: float | None = None) -> Any:
         connection, process = self._connections[worker], self._processes[worker]
+        timeout_s = self.reply_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while not connection.poll(_POLL_SECONDS):
             if not process.is_alive():
                 raise EnvWorkerError(
                     f"env worker {worker} (pid {process.pid}) exited with code "
                     f"{process.exitcode} while {doing}"
+                )
+            if time.monotonic() > deadline:
+                process.kill()  # a hung simulator: stopped, so a restart replaces it
+                process.join(timeout=5.0)
+                raise EnvWorkerError(
+                    f"env worker {worker} (pid {process.pid}) did not answer within "
+                    f"{timeout_s:g} s while {doing}; it was stopped"
                 )
         try:
             status, value = connection.recv()
@@ -126,8 +168,32 @@ class SubprocVectorEnv(VectorEnv):
             raise EnvWorkerError(f"env worker {worker} failed while {doing}:\n{value}")
         return value
 
-    def _gather(self, doing: str) -> list[Any]:
-        return [self._receive(worker, doing) for worker in range(len(self._connections))]
+    def _gather(self, doing: str, workers: list[int] | None = None) -> list[Any]:
+        """Every worker's reply. When one fails, the others' replies are still read, so
+        none is left in a pipe to be taken for the answer to a later command."""
+        replies, errors = [], []
+        for worker in range(len(self._connections)) if workers is None else workers:
+            try:
+                replies.append(self._receive(worker, doing))
+            except EnvWorkerError as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        return replies
+
+    def _call(self, messages: list[tuple[str, Any]], doing: str) -> list[Any]:
+        """Send each worker its message, then gather the replies of those that got it."""
+        sent, errors = [], []
+        for worker, message in enumerate(messages):
+            try:
+                self._send(worker, message, doing)
+                sent.append(worker)
+            except EnvWorkerError as error:
+                errors.append(error)
+        replies = self._gather(doing, sent)
+        if errors:
+            raise errors[0]
+        return replies
 
     def _split(self, values: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.split(values, self.shard_sizes))
@@ -144,26 +210,13 @@ class SubprocVectorEnv(VectorEnv):
     def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
         if init_states.shape[0] != self.num_envs:
             raise ValueError(f"init_states must have {self.num_envs} rows")
-        for worker, shard in enumerate(self._split(init_states)):
-            self._send(worker, ("reset", (task_id, shard)), "resetting")
-        return torch.cat(self._gather("resetting"))
+        shards = self._split(init_states)
+        return torch.cat(self._call([("reset", (task_id, s)) for s in shards], "resetting"))
 
     def step(self, actions: torch.Tensor) -> EnvStep:
         if actions.shape[0] != self.num_envs:
             raise ValueError(f"actions must have {self.num_envs} rows")
-        for worker, shard in enumerate(self._split(actions)):
-            self._send(worker, ("step", shard), "stepping")
-        parts: list[EnvStep] = self._gather("stepping")
-        finals = [part.final_observation for part in parts]
-        return EnvStep(
-            obs=torch.cat([part.obs for part in parts]),
-            reward=torch.cat([part.reward for part in parts]),
-            terminated=torch.cat([part.terminated for part in parts]),
-            truncated=torch.cat([part.truncated for part in parts]),
-            success=torch.cat([part.success for part in parts]),
-            executed_actions=torch.cat([part.executed_actions for part in parts]),
-            final_observation=None if any(f is None for f in finals) else torch.cat(finals),
-        )
+        return concat_steps(self._call([("step", s) for s in self._split(actions)], "stepping"))
 
     def close(self) -> None:
         if self._closed:

@@ -79,5 +79,24 @@ class VectorEnv(ABC):
     def step(self, actions: torch.Tensor) -> EnvStep:
         """Execute ``actions`` of shape ``[N, chunk, action_dim]`` (or ``[N, action_dim]``)."""
 
+    def restart_workers(self) -> list[str]:
+        """Replace env worker processes that died; what was restarted. Envs without
+        worker processes have nothing to restart."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook, most envs hold nothing
         """Release simulator resources; the built-in env holds none."""
+
+
+def concat_steps(parts: list[EnvStep]) -> EnvStep:
+    """One batch's step from its shards' steps, in shard order (env workers' replies)."""
+    finals = [part.final_observation for part in parts]
+    return EnvStep(
+        obs=torch.cat([part.obs for part in parts]),
+        reward=torch.cat([part.reward for part in parts]),
+        terminated=torch.cat([part.terminated for part in parts]),
+        truncated=torch.cat([part.truncated for part in parts]),
+        success=torch.cat([part.success for part in parts]),
+        executed_actions=torch.cat([part.executed_actions for part in parts]),
+        final_observation=None if any(f is None for f in finals) else torch.cat(finals),
+    )

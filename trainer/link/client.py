@@ -40,7 +40,7 @@ INITIAL_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 OPEN_TIMEOUT_S = 5.0
 # How long the sender waits for a reply before looking for new messages to send.
-POLL_S = 0.05
+POLL_S = 0.005
 DEFAULT_FLUSH_TIMEOUT_S = 10.0
 # The control plane closes a run's links with this code once the run has ended (its
 # token is spent): nothing to retry, nothing to warn about.

@@ -25,8 +25,14 @@ from pydantic import (
 )
 
 PROTOCOL_VERSION = 1
-EVENT_KINDS = ("started", "iteration", "checkpoint", "stopped", "finished", "failed")
-EventKind = Literal["started", "iteration", "checkpoint", "stopped", "finished", "failed"]
+EVENT_KINDS = (
+    "started", "placed", "iteration", "checkpoint", "recovered", "evaluated", "stopped",
+    "finished", "failed",
+)  # fmt: skip
+EventKind = Literal[
+    "started", "placed", "iteration", "checkpoint", "recovered", "evaluated", "stopped",
+    "finished", "failed",
+]  # fmt: skip
 
 MAX_VALUES_PER_MESSAGE = 1000
 MAX_KEY_LENGTH = 200
@@ -72,20 +78,31 @@ class Event(_Message):
 
     @model_validator(mode="after")
     def _finished_has_a_summary(self) -> Event:
+        if self.kind == "evaluated":
+            _check(EvalTableData, self.data, "data")
         if self.kind != "finished":
             return self
         summary = self.data.get("summary")
         if not isinstance(summary, dict):
             raise ValueError("a finished event needs data.summary, an object of numbers")
-        try:
-            _SUMMARY.validate_python(summary)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"data.summary.{'.'.join(map(str, issue['loc']))}: {issue['msg']}"
-                for issue in error.errors(include_url=False)[:5]
-            )
-            raise ValueError(problems) from None
+        _check(_SUMMARY, summary, "data.summary")
         return self
+
+
+def _check(schema: type[BaseModel] | TypeAdapter, data: Any, where: str) -> None:
+    """Validate `data` against `schema`; a ValueError naming each field that is wrong."""
+    try:
+        if isinstance(schema, TypeAdapter):
+            schema.validate_python(data)
+        else:
+            schema.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{where}.{'.'.join(map(str, issue['loc']))}: "
+            + issue["msg"].removeprefix("Value error, ")
+            for issue in error.errors(include_url=False)[:5]
+        )
+        raise ValueError(problems) from None
 
 
 class Metrics(_Message):
@@ -105,6 +122,52 @@ class Progress(_Message):
         if self.step > self.total:
             raise ValueError("step must not exceed total")
         return self
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+HorizonKey = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,5}$")]
+Rate = Annotated[float, Field(ge=0, le=1)]
+Count = Annotated[int, Field(ge=0, le=MAX_PROGRESS)]
+
+
+class EvalCell(_Strict):
+    """Episodes of one task at one planning horizon."""
+
+    successes: Count
+    episodes: Count
+    rate: Rate
+
+
+class EvalTaskRow(_Strict):
+    task_id: Count
+    name: str = Field(max_length=300)
+    episodes: Count
+    successes: Count
+    rate: Rate
+    per_horizon: dict[HorizonKey, EvalCell] = Field(max_length=64)
+
+    @model_validator(mode="after")
+    def _successes_within_episodes(self) -> EvalTaskRow:
+        if self.successes > self.episodes:
+            raise ValueError("successes must not exceed episodes")
+        return self
+
+
+class EvalTableData(_Strict):
+    """An `evaluated` event's data: the per-task table of `python -m trainer eval`, the
+    same object as the eval-*.json file it writes (docs/training.md#evaluation)."""
+
+    env: str = Field(min_length=1, max_length=100)
+    suite: str | None = Field(max_length=100)
+    checkpoint: str = Field(max_length=4096)
+    iteration: Count
+    horizons: list[Annotated[int, Field(ge=1, le=MAX_PROGRESS)]] = Field(max_length=64)
+    average: Rate  # the suite average: the mean of the tasks' rates
+    horizon_average: dict[HorizonKey, Rate] = Field(max_length=64)
+    tasks: list[EvalTaskRow] = Field(min_length=1, max_length=1000)
 
 
 _SUMMARY = TypeAdapter(

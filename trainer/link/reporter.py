@@ -31,6 +31,10 @@ class RunReporter:
             },
         )
 
+    def placed(self, processes: list[dict[str, Any]]) -> None:
+        """Where the run's processes are (node, pid, devices, interpreter)."""
+        self.link.event("placed", {"processes": processes})
+
     def on_metrics(self, iteration: int, metrics: dict[str, float]) -> None:
         """The runner's per-iteration hook: one metrics batch, then the progress."""
         self.last_metrics = metrics
@@ -39,6 +43,11 @@ class RunReporter:
 
     def on_checkpoint(self, iteration: int, path: Path) -> None:
         self.link.event("checkpoint", {"iteration": iteration, "path": str(path)})
+
+    def recovered(self, iteration: int, what: str) -> None:
+        """A fault the run got over (e.g. a dead env worker restarted, its iteration
+        redone)."""
+        self.link.event("recovered", {"iteration": iteration, "what": what})
 
     def stopped(self, iteration: int, signal_name: str) -> None:
         """Stopped early on request (a signal), with a checkpoint to resume from."""
@@ -51,6 +60,45 @@ class RunReporter:
         self.link.event(
             "finished", {"iteration": iteration, "total": self.total, "summary": summary}
         )
+
+
+class EvalReporter:
+    """What `python -m trainer eval` tells the control plane: `started` and `placed`
+    once the checkpoint and its config are loaded, a `progress` before the first task and after
+    each (step = tasks done), the table as an `evaluated` event, then `finished` with its
+    averages as the summary (`eval/success_rate`, `eval/success_rate_h<H>`,
+    `eval/success_rate_task_<T>`, `eval/episodes`)."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.total = 0
+
+    def started(self, about: dict[str, Any], process: dict[str, Any]) -> None:
+        """`process`: where the evaluation runs (a `placed` event's one process)."""
+        self.link.event("started", {"mode": "eval", **about})
+        self.link.event("placed", {"processes": [process]})
+
+    def task_done(self, done: int, total: int) -> None:
+        self.total = total
+        self.link.progress(done, total)
+
+    def evaluated(self, table: dict[str, Any]) -> None:
+        """`table`: the eval-*.json object (trainer.link.protocol.EvalTableData)."""
+        self.link.event("evaluated", table)
+        self.link.event(
+            "finished",
+            {"iteration": table["iteration"], "total": self.total, "summary": eval_summary(table)},
+        )
+
+
+def eval_summary(table: dict[str, Any]) -> dict[str, float]:
+    """An evaluation's figures as a run summary: the suite average, per horizon, per task
+    and the episode count."""
+    summary = {"eval/success_rate": table["average"]}
+    summary |= {f"eval/success_rate_h{h}": rate for h, rate in table["horizon_average"].items()}
+    summary |= {f"eval/success_rate_task_{t['task_id']}": t["rate"] for t in table["tasks"]}
+    summary["eval/episodes"] = sum(task["episodes"] for task in table["tasks"])
+    return finite_values(summary)
 
 
 def report_failure(link: Link, error: BaseException) -> None:

@@ -4,6 +4,7 @@ config that only the env can check (task ids, action dims) with key-path errors.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,9 +28,6 @@ class Components:
 
 def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
     a = config.algorithm
-    normalize = a.normalize_advantages
-    if normalize is None:
-        normalize = a.name == "ppo"
     return OnPolicySettings(
         gamma=a.gamma,
         gae_lambda=a.gae_lambda,
@@ -42,7 +40,7 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         num_minibatches=a.num_minibatches,
         learning_rate=config.actor.learning_rate,
         max_grad_norm=config.actor.max_grad_norm,
-        normalize_advantages=normalize,
+        normalize_advantages=a.normalize_advantages,
         group_size=a.group_size,
         use_plan_reward=a.use_plan_reward,
         plan_reward_coef=a.plan_reward_coef,
@@ -72,27 +70,47 @@ def _env_problems(config: ExperimentConfig, env: VectorEnv) -> list[ConfigProble
     return problems
 
 
-def build_components(config: ExperimentConfig, generator: torch.Generator) -> Components:
+def env_options(config: ExperimentConfig) -> dict[str, Any]:
+    """What `make_vector_env` is given besides the copy count: the same options build a
+    run's env in its own process, in worker processes, or in placed env workers."""
+    # Keys only some envs take are passed only when set, so the rest never see them.
+    only_some: dict[str, Any] = {}
+    if config.env.suite is not None:
+        only_some["suite"] = config.env.suite
+    if config.env.physics_substeps != 1:
+        only_some["physics_substeps"] = config.env.physics_substeps
+    return {
+        "max_episode_steps": config.env.max_episode_steps,
+        "init_states_per_task": config.env.init_states_per_task,
+        "seed": config.env.seed,
+        "camera": config.env.camera,
+        **only_some,
+    }
+
+
+def copies_per_rank(config: ExperimentConfig) -> int:
+    return config.env.num_parallel_envs * config.algorithm.group_size
+
+
+def build_components(
+    config: ExperimentConfig, generator: torch.Generator, env: VectorEnv | None = None
+) -> Components:
+    """The run's env (unless given one, e.g. placed env workers), policy, critic and
+    algorithm."""
     model = config.actor.model
     algorithm_config = config.algorithm
-    num_envs = config.env.num_parallel_envs * algorithm_config.group_size
-    # Only envs with suites (LIBERO) are handed one; the rest never see the key.
-    suite = {"suite": config.env.suite} if config.env.suite is not None else {}
-    try:
-        env = make_vector_env(
-            config.env.name,
-            num_envs=num_envs,
-            max_episode_steps=config.env.max_episode_steps,
-            init_states_per_task=config.env.init_states_per_task,
-            seed=config.env.seed,
-            camera=config.env.camera,
-            num_workers=config.env.num_workers,
-            **suite,
-        )
-    except (UnknownEnvError, LiberoNotInstalledError) as error:
-        raise ConfigError.single("env.name", str(error)) from None
-    except ValueError as error:
-        raise ConfigError.single("env", str(error)) from None
+    if env is None:
+        try:
+            env = make_vector_env(
+                config.env.name,
+                num_envs=copies_per_rank(config),
+                num_workers=config.env.num_workers,
+                **env_options(config),
+            )
+        except (UnknownEnvError, LiberoNotInstalledError) as error:
+            raise ConfigError.single("env.name", str(error)) from None
+        except ValueError as error:
+            raise ConfigError.single("env", str(error)) from None
     problems = _env_problems(config, env)
     if problems:
         raise ConfigError(problems)

@@ -14,11 +14,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainer.cluster import ClusterConfigError
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.link import Link, RunReporter, link_from_env, report_failure
-from trainer.runner.on_policy_runner import NothingToResumeError, OnPolicyRunner, has_checkpoint
+from trainer.runner.on_policy_runner import (
+    NothingToResumeError,
+    OnPolicyRunner,
+    has_checkpoint,
+    run_folder,
+)
 from trainer.runner.stop_request import StopRequest
+from trainer.runtime.distributed_run import distributed_plan
+from trainer.runtime.whereabouts import ProcessReport
 
 EXIT_OK = 0
 EXIT_BAD_CONFIG = 2
@@ -89,10 +97,15 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         config = load_config(args.config, overrides)
         resume = args.resume or (args.resume_if_any and has_checkpoint(config))
         reporter = RunReporter(link, config)
+        plan = distributed_plan(config)
+        if plan is not None:
+            return _train_distributed(config, plan, resume, reporter)
         reporter.started(resume=resume)
+        _placed(reporter, [ProcessReport.here("actor", 0, 0)])
         runner = OnPolicyRunner(
-            config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint
-        )
+            config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
+            on_recovery=reporter.recovered,
+        )  # fmt: skip
         try:
             with StopRequest() as stop:
                 history = runner.learn(resume=resume, should_stop=stop.is_set)
@@ -102,6 +115,10 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         print(f"config error in {args.config}:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
+        report_failure(link, error)
+        return EXIT_BAD_CONFIG
+    except ClusterConfigError as error:
+        print(f"placement error in {args.config}: {error}", file=sys.stderr)
         report_failure(link, error)
         return EXIT_BAD_CONFIG
     except NothingToResumeError as error:
@@ -124,6 +141,47 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         + f"; metrics: {runner.metrics_log.path}; checkpoints: {runner.checkpoint_dir}"
     )
     return EXIT_OK
+
+
+def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int:
+    """The same loop on the placement's actor ranks (trainer.runtime.distributed_run)."""
+    from trainer.runtime.distributed_run import train_distributed
+
+    reporter.started(resume=resume)
+    output_dir = run_folder(config)
+    with StopRequest() as stop:
+        result = train_distributed(
+            config, plan, output_dir, resume=resume, should_stop=stop.is_set,
+            on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
+            on_placed=lambda ranks: _placed(reporter, ranks), on_recovery=reporter.recovered,
+        )  # fmt: skip
+    if stop.signal_name:
+        reporter.stopped(result.iteration, stop.signal_name)
+        print(
+            f"stopped by {stop.signal_name} after {result.iteration} iterations; "
+            f"files: {output_dir}"
+        )
+        return EXIT_STOPPED
+    reporter.finished(result.iteration)
+    success = result.last_metrics.get("rollout/success_rate")
+    ranks = sum(1 for process in result.ranks if process.component == "actor")
+    env_workers = len(result.ranks) - ranks
+    print(
+        f"finished {result.iteration}/{config.runner.iterations} iterations on {ranks} actor "
+        f"rank(s)"
+        + (f" and {env_workers} env worker(s)" if env_workers else "")
+        + (f", last success_rate {success:.3f}" if success is not None else "")
+        + f"; files: {output_dir}"
+    )
+    return EXIT_OK
+
+
+def _placed(reporter: RunReporter, processes: list[ProcessReport]) -> None:
+    reporter.placed([process.to_json() for process in processes])
+    where = ", ".join(
+        f"{p.component} {p.rank} on node {p.node_rank} (pid {p.pid})" for p in processes
+    )
+    print(f"placed: {where}", flush=True)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -39,6 +39,13 @@ def run_round(
         obs = step.obs
         if bool(ended.all()):
             break
+    if not bool(ended.all()):
+        # Rounds are as long as the env's step limit, so an env that truncates at its
+        # limit always ends its episodes here; nothing is left for a critic to bootstrap.
+        raise RuntimeError(
+            f"{int((~ended).sum())} episodes were still running after {num_steps} steps: "
+            "the env must end every episode within env.max_episode_steps"
+        )
     groups = first_group_index + torch.arange(env.num_envs) // group_size
     return algorithm.finish_round(task_id, indices, groups)
 
@@ -59,11 +66,13 @@ def collect_exact_batch(
     group_size: int = 1,
     filter_groups: bool = False,
     max_attempts: int = 1,
+    scores: Callable[[Trajectories], torch.Tensor] | None = None,
 ) -> CollectedBatch:
     """Run rounds until ``data_batch_size`` trajectories are kept, then trim to exactly
     that many (whole groups, since sizes are multiples of ``group_size``).
 
-    With ``filter_groups``, all-success and all-failure groups are set aside and more
+    With ``filter_groups``, groups whose ``scores`` (default: success) are all equal are
+    set aside and more
     rounds run, for at most ``max_attempts`` passes (a pass being the rounds one full
     batch needs). If the batch is still short, it is completed with set-aside groups
     whose loss mask is 0 and a warning is logged: when every rollout succeeds (or
@@ -83,7 +92,8 @@ def collect_exact_batch(
         rounds += 1
         episodes.append(trajectories)
         if filter_groups:
-            mixed = informative_groups(trajectories.episode_success, group_size)
+            score = scores(trajectories) if scores else trajectories.episode_success.float()
+            mixed = informative_groups(score, group_size)
             keep = mixed.repeat_interleave(group_size)
             kept.append(trajectories.select(keep))
             set_aside.append(trajectories.select(~keep))
@@ -98,7 +108,7 @@ def collect_exact_batch(
         kept.append(filler.with_loss_mask(torch.zeros(masked)))
         warning = (
             f"group filter: only {kept_count} of {data_batch_size} trajectories came from "
-            f"groups with both successes and failures after {rounds} rounds "
+            f"groups whose scores differ after {rounds} rounds "
             f"({max_attempts} attempts); training on the rest with loss mask 0"
         )
         log.warning(warning)

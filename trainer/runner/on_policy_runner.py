@@ -1,16 +1,18 @@
-"""The single-process training loop: pick this iteration's task, collect exactly
+"""The training loop of one actor rank: pick this iteration's task, collect exactly
 ``data_batch_size`` trajectories, compute advantages, update, log, checkpoint.
 
-It is written for one rank of many: ``rank``/``world_size`` choose the task shard and
-``reduce_counts`` (an all-reduce sum in the distributed runtime) combines the rollout
-counts of all ranks before rates are computed. Alone, both are trivial.
+It is written for one rank of many: its ``collective`` (trainer.runtime.collective)
+says which rank it is, sums the rollout counts of all ranks before rates are computed,
+averages gradients and agrees on stopping. Alone (the default), all of that is the
+identity, so one process and a distributed run execute the same code. Rank 0 writes
+the run's files (metrics, checkpoints holding every rank's cursors) and reports.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,22 +22,33 @@ import torch
 from trainer.algorithms.metrics import episode_counts, rates_from_counts, sum_counts
 from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
-from trainer.data.rollout_storage import Trajectories
+from trainer.data.rollout_storage import Trajectories, empty_training_samples
 from trainer.data.samplers import (
     InitStateSampler,
     TaskCursor,
     round_init_state_indices,
-    tasks_for_rank,
+    shard_tasks,
 )
+from trainer.envs.subproc_vector_env import EnvWorkerError
+from trainer.envs.vector_env import VectorEnv
 from trainer.models.plan_cache import assign_horizons
 from trainer.runner.build import build_components
-from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from trainer.runner.collection import collect_exact_batch, run_round
+from trainer.runner.checkpoints import (
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from trainer.runner.collection import CollectedBatch, collect_exact_batch, run_round
 from trainer.runner.metrics_log import JsonlMetricsLog
 from trainer.runner.progress import ProgressBar
+from trainer.runner.tensorboard_log import TensorBoardLog
+from trainer.runtime.collective import Collective
 
-CountsReducer = Callable[[Counter[str]], Counter[str]]
+log = logging.getLogger(__name__)
+
 MetricsCallback = Callable[[int, dict[str, float]], None]
+RecoveryCallback = Callable[[int, str], None]
 CheckpointCallback = Callable[[int, Path], None]
 
 
@@ -48,26 +61,36 @@ class OnPolicyRunner:
         self,
         config: ExperimentConfig,
         output_dir: Path | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        reduce_counts: CountsReducer | None = None,
+        collective: Collective | None = None,
         on_metrics: MetricsCallback | None = None,
         on_checkpoint: CheckpointCallback | None = None,
+        on_recovery: RecoveryCallback | None = None,
+        env: VectorEnv | None = None,
     ) -> None:
+        """`env`: the rank's env when it is not built here (placed env workers)."""
         self.config = config
         self.output_dir = Path(output_dir) if output_dir else run_folder(config)
-        self.reduce_counts = reduce_counts or (lambda counts: counts)
+        self.collective = collective or Collective()
+        rank = self.collective.rank
         self.on_metrics = on_metrics
         self.on_checkpoint = on_checkpoint
+        self.on_recovery = on_recovery
         if config.runner.torch_threads:
             torch.set_num_threads(config.runner.torch_threads)
         # Seeding before building makes the initial weights part of the seeded run.
         torch.manual_seed(config.runner.seed + rank)
         self.minibatch_generator = torch.Generator().manual_seed(config.runner.seed + rank)
-        components = build_components(config, self.minibatch_generator)
+        components = build_components(config, self.minibatch_generator, env)
         self.env = components.env
         self.algorithm = components.algorithm
-        self.task_cursor = TaskCursor(tasks_for_rank(components.task_ids, rank, world_size))
+        self.algorithm.collective = self.collective
+        for module in (self.algorithm.policy, self.algorithm.critic):
+            if module is not None:  # every rank starts from rank 0's weights
+                self.collective.broadcast_module(module)
+        # Seed 001: tasks round-robin over ranks; a rank left without one (more ranks
+        # than tasks) idles each iteration and still joins the gradient sync.
+        shard = shard_tasks(components.task_ids, self.collective.world_size)[rank]
+        self.task_cursor = TaskCursor(shard)
         self.init_states = InitStateSampler(
             {task: int(self.env.init_states(task).shape[0]) for task in components.task_ids}
         )
@@ -88,6 +111,7 @@ class OnPolicyRunner:
             task_id,
             self.config.env.num_parallel_envs,
             algorithm_config.group_size,
+            algorithm_config.init_states,
         )
         trajectories = run_round(
             self.env,
@@ -102,40 +126,79 @@ class OnPolicyRunner:
         self.next_group_index += self.config.env.num_parallel_envs
         return trajectories
 
-    def train_iteration(self) -> dict[str, float]:
+    def _collect_with_retries(self, task_id: int) -> CollectedBatch:
+        """Collect the iteration's batch; when an env worker dies or hangs, restart it
+        and redo the collection from the same init states (the cursors are put back),
+        at most ``runner.env_worker_retries`` times, each reported."""
         algorithm_config = self.config.algorithm
+        cursors, groups = self.init_states.state_dict(), self.next_group_index
+        for attempt in range(self.config.runner.env_worker_retries + 1):
+            try:
+                return collect_exact_batch(
+                    lambda: self._next_round(task_id),
+                    data_batch_size=algorithm_config.data_batch_size,
+                    round_size=self.env.num_envs,
+                    group_size=algorithm_config.group_size,
+                    filter_groups=algorithm_config.reward_filter.enabled,
+                    max_attempts=algorithm_config.reward_filter.max_attempts,
+                    scores=self.algorithm.trajectory_scores,
+                )
+            except EnvWorkerError as error:
+                if attempt == self.config.runner.env_worker_retries:
+                    raise EnvWorkerError(
+                        f"{error} (iteration {self.iteration + 1}, given up after "
+                        f"{attempt} restart(s))"
+                    ) from error
+                restarted = self.env.restart_workers()
+                what = "; ".join(restarted) or "no worker needed a restart"
+                log.warning("iteration %d: %s; %s; redoing it", self.iteration + 1, error, what)
+                self.init_states.load_state_dict(cursors)
+                self.next_group_index = groups
+                if self.on_recovery is not None:
+                    self.on_recovery(self.iteration + 1, f"{str(error).splitlines()[0]}; {what}")
+        raise AssertionError("unreachable")
+
+    def train_iteration(self) -> dict[str, float]:
         task_id = self.task_cursor.current()
         started = time.monotonic()
-        collected = collect_exact_batch(
-            lambda: self._next_round(task_id),
-            data_batch_size=algorithm_config.data_batch_size,
-            round_size=self.env.num_envs,
-            group_size=algorithm_config.group_size,
-            filter_groups=algorithm_config.reward_filter.enabled,
-            max_attempts=algorithm_config.reward_filter.max_attempts,
-        )
+        if task_id is None:  # no task on this rank: nothing to collect
+            collected = None
+        else:
+            collected = self._collect_with_retries(task_id)
         rollout_seconds = time.monotonic() - started
-        counts = self.reduce_counts(sum_counts(episode_counts(e) for e in collected.episodes))
-        env_steps = sum(int(e.episode_length.sum()) for e in collected.episodes)
+        episodes = collected.episodes if collected else []
+        counts = sum_counts(episode_counts(e) for e in episodes)
+        counts["env_steps"] = float(sum(int(e.episode_length.sum()) for e in episodes))
+        counts = self.collective.sum_counts(counts)  # every rank's episodes
         started = time.monotonic()
-        batch = self.algorithm.compute_returns(collected.batch)
-        metrics = self.algorithm.update(batch)
+        if collected is None:
+            model = self.algorithm.policy
+            rows = empty_training_samples(
+                self.env.obs_shape, self.algorithm.chunk, model.action_dim
+            )
+        else:
+            rows = self.algorithm.compute_returns(collected.batch).training_samples()
+        metrics = self.algorithm.update_rows(rows)
         update_seconds = time.monotonic() - started
-        samples = int(batch.valid.sum())
+        samples = int(rows["weight"].shape[0])
+        env_steps = int(counts.pop("env_steps"))
         self.total_env_steps += env_steps
         self.iteration += 1
         self.task_cursor.advance()
         metrics.update(rates_from_counts(counts))
         metrics.update(
             {
-                "rollout/task_id": float(task_id),
-                "rollout/rounds": float(collected.rounds),
-                "rollout/masked_trajectories": float(collected.masked_trajectories),
+                "rollout/task_id": float(task_id if task_id is not None else -1),
+                "rollout/rounds": float(collected.rounds if collected else 0),
+                "rollout/masked_trajectories": float(
+                    collected.masked_trajectories if collected else 0
+                ),
                 "charts/SPS": env_steps / max(rollout_seconds, 1e-9),
                 "charts/samples_per_s": samples
                 * self.config.algorithm.update_epochs
                 / max(update_seconds, 1e-9),
                 "charts/env_steps": float(self.total_env_steps),
+                "charts/iteration_seconds": rollout_seconds + update_seconds,
                 "charts/learning_rate": self.config.actor.learning_rate,
             }
         )
@@ -151,23 +214,41 @@ class OnPolicyRunner:
         a checkpoint (to resume from) and returns early."""
         if resume:
             self.restore()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(dump_config(self.config))
-        self.metrics_log.truncate_after(self.iteration)
+        writes = self.collective.rank == 0  # one writer of the run's files
+        tensorboard = None
+        if writes:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / "config.yaml").write_text(dump_config(self.config))
+            self.metrics_log.truncate_after(self.iteration)
+            tensorboard = TensorBoardLog(self.output_dir, resume_from=self.iteration)
+        try:
+            return self._loop(should_stop, tensorboard)
+        finally:
+            if tensorboard is not None:
+                tensorboard.close()
+
+    def _loop(
+        self, should_stop: Callable[[], bool] | None, tensorboard: TensorBoardLog | None
+    ) -> list[dict[str, float]]:
+        writes = tensorboard is not None
         total = self.config.runner.iterations
-        progress = ProgressBar(total, start=self.iteration) if self.config.runner.progress else None
+        shows_progress = writes and self.config.runner.progress
+        progress = ProgressBar(total, start=self.iteration) if shows_progress else None
         history = []
         while self.iteration < total:
             metrics = self.train_iteration()
             history.append(metrics)
-            self.metrics_log.append(self.iteration, metrics)
-            if self.on_metrics is not None:
-                self.on_metrics(self.iteration, metrics)
-            stopping = should_stop is not None and should_stop()
+            if writes:
+                self.metrics_log.append(self.iteration, metrics)
+                tensorboard.append(self.iteration, metrics)
+                if self.on_metrics is not None:
+                    self.on_metrics(self.iteration, metrics)
+            # One decision for every rank: a stop asked of any of them stops them all.
+            stopping = self.collective.any(should_stop is not None and should_stop())
             every = self.config.runner.checkpoint_every
             if stopping or self.iteration % every == 0 or self.iteration == total:
                 path = self.save()
-                if self.on_checkpoint is not None:
+                if writes and self.on_checkpoint is not None:
                     self.on_checkpoint(self.iteration, path)
             if progress is not None:
                 progress.update(self.iteration, _summary(metrics))
@@ -180,35 +261,56 @@ class OnPolicyRunner:
         self.env.close()
 
     # ----- checkpoints -------------------------------------------------------------
+    def rank_state(self) -> dict[str, Any]:
+        """What differs between ranks: where each is in its tasks and init states, and
+        its random generators."""
+        return {
+            "task_cursor": self.task_cursor.position,
+            "init_states": self.init_states.state_dict(),
+            "next_group_index": self.next_group_index,
+            "torch_rng": torch.get_rng_state(),
+            "minibatch_rng": self.minibatch_generator.get_state(),
+        }
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "iteration": self.iteration,
             "algorithm": self.algorithm.state_dict(),
-            "task_cursor": self.task_cursor.position,
-            "init_states": self.init_states.state_dict(),
-            "next_group_index": self.next_group_index,
             "total_env_steps": self.total_env_steps,
-            "torch_rng": torch.get_rng_state(),
-            "minibatch_rng": self.minibatch_generator.get_state(),
             "config": self.config.model_dump(mode="json"),
+            # Every rank's own state, in rank order (a collective: all ranks call it).
+            "ranks": self.collective.gather_objects(self.rank_state()),
         }
 
     def save(self) -> Path:
-        return save_checkpoint(self.checkpoint_dir, self.iteration, self.state_dict())
+        """Every rank calls this; rank 0 writes the one checkpoint file, which must be on
+        storage all ranks read (the run folder; shared when the cluster has several
+        nodes) for them to resume."""
+        state = self.state_dict()
+        if self.collective.rank != 0:
+            return checkpoint_path(self.checkpoint_dir, self.iteration)
+        return save_checkpoint(self.checkpoint_dir, self.iteration, state)
 
     def restore(self, path: Path | None = None) -> Path:
         path = path or latest_checkpoint(self.checkpoint_dir)
         if path is None:
             raise NothingToResumeError(f"no checkpoint to resume in {self.checkpoint_dir}")
         state = load_checkpoint(path)
+        ranks = state.get("ranks") or [state]  # checkpoints of one rank before ranks
+        if len(ranks) != self.collective.world_size:
+            raise NothingToResumeError(
+                f"{path} was written by {len(ranks)} actor rank(s), this run has "
+                f"{self.collective.world_size}: resume with the same placement"
+            )
+        mine = ranks[self.collective.rank]
         self.iteration = state["iteration"]
         self.algorithm.load_state_dict(state["algorithm"])
-        self.task_cursor.position = state["task_cursor"]
-        self.init_states.load_state_dict(state["init_states"])
-        self.next_group_index = state["next_group_index"]
         self.total_env_steps = state["total_env_steps"]
-        torch.set_rng_state(state["torch_rng"])
-        self.minibatch_generator.set_state(state["minibatch_rng"])
+        self.task_cursor.position = mine["task_cursor"]
+        self.init_states.load_state_dict(mine["init_states"])
+        self.next_group_index = mine["next_group_index"]
+        torch.set_rng_state(mine["torch_rng"])
+        self.minibatch_generator.set_state(mine["minibatch_rng"])
         return path
 
 

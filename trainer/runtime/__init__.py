@@ -1,19 +1,6 @@
-"""Running trainer components on Ray: placement of a resolved plan onto live nodes."""
+"""Running trainer components on Ray: placement of a resolved plan onto live nodes
+(`ray_placement`), the collectives actor ranks train through (`collective`), and the
+driver of a distributed run (`distributed_run`).
 
-from .ray_placement import (
-    PlacedActor,
-    PlacementUnsatisfiable,
-    actor_options,
-    check_plan_against_nodes,
-    create_placed_actors,
-    runtime_env_for,
-)
-
-__all__ = [
-    "PlacedActor",
-    "PlacementUnsatisfiable",
-    "actor_options",
-    "check_plan_against_nodes",
-    "create_placed_actors",
-    "runtime_env_for",
-]
+Modules are imported where they are used, so the single-process path (which uses
+`collective` only) never pays for importing Ray."""

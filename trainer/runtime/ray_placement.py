@@ -138,7 +138,7 @@ def check_plan_against_nodes(plan: Plan, nodes: Sequence[Mapping[str, Any]]) -> 
 
 
 def create_placed_actors(
-    actor_class: Any,
+    actor_class: Any | Mapping[str, Any],
     plan: Plan,
     *,
     components: Iterable[str] | None = None,
@@ -147,8 +147,9 @@ def create_placed_actors(
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
     nodes: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[PlacedActor]:
-    """Start one `actor_class` actor per process (of `components`, default all) and wait
-    until every one runs. Raises `PlacementUnsatisfiable` at once when the plan does not
+    """Start one `actor_class` actor per process (of `components`, default all; a mapping
+    gives each component its own class), all at once, and wait until every one runs.
+    Raises `PlacementUnsatisfiable` at once when the plan does not
     fit the live nodes, or after `timeout_s` if some actors still have not started (those
     already created are killed, so nothing is left pending)."""
     live_nodes = list(ray.nodes() if nodes is None else nodes)
@@ -165,7 +166,8 @@ def create_placed_actors(
         for process in plan.components[name]:
             options = actor_options(process, node_id=node_ids[process.node_rank], num_cpus=num_cpus)
             args = constructor_args(process) if constructor_args else ()
-            handle = actor_class.options(**options).remote(*args)
+            cls = actor_class[name] if isinstance(actor_class, Mapping) else actor_class
+            handle = cls.options(**options).remote(*args)
             placed.append(PlacedActor(process, handle))
     _wait_until_started(placed, timeout_s, live_nodes, num_cpus)
     return placed

@@ -9,24 +9,110 @@ function setLive(socketElt, on) {
 document.addEventListener("htmx:wsOpen", (e) => setLive(e.target, true));
 document.addEventListener("htmx:wsClose", (e) => setLive(e.target, false));
 
-// Line numbers beside a code textarea, lines with errors marked. The preview fragment
-// carries the error lines in data-error-lines.
+// Line numbers beside a code textarea, lines with errors marked: the placement preview
+// carries them in data-error-lines, a config's issue list in each item's data-line.
+function errorLines() {
+  const bad = new Set((document.getElementById("placement-result")?.dataset.errorLines || "")
+    .trim().split(/\s+/).filter(Boolean));
+  for (const item of document.querySelectorAll("#config-issues li[data-line]")) {
+    if (item.dataset.line) bad.add(item.dataset.line);
+  }
+  return bad;
+}
 function drawGutter(textarea, gutter) {
-  const result = document.getElementById("placement-result");
-  const bad = new Set((result?.dataset.errorLines || "").trim().split(/\s+/).filter(Boolean));
+  const bad = errorLines();
   const count = textarea.value.split("\n").length;
   gutter.innerHTML = Array.from({ length: count }, (_, i) =>
     bad.has(String(i + 1)) ? `<span class="bad">${i + 1}</span>` : String(i + 1)).join("\n");
   gutter.scrollTop = textarea.scrollTop;
 }
-function setUpGutter() {
-  const textarea = document.getElementById("placement");
-  const gutter = document.getElementById("placement-gutter");
-  if (!textarea || !gutter) return;
-  const redraw = () => drawGutter(textarea, gutter);
-  textarea.addEventListener("input", redraw);
-  textarea.addEventListener("scroll", () => { gutter.scrollTop = textarea.scrollTop; });
-  document.body.addEventListener("htmx:afterSwap", redraw);
-  redraw();
+function setUpGutters() {
+  for (const editor of document.querySelectorAll(".code-editor")) {
+    const textarea = editor.querySelector("textarea");
+    const gutter = editor.querySelector("pre.gutter");
+    if (!textarea || !gutter) continue;
+    const redraw = () => drawGutter(textarea, gutter);
+    textarea.addEventListener("input", redraw);
+    textarea.addEventListener("scroll", () => { gutter.scrollTop = textarea.scrollTop; });
+    document.body.addEventListener("htmx:afterSettle", redraw);
+    redraw();
+  }
 }
-document.addEventListener("DOMContentLoaded", setUpGutter);
+document.addEventListener("DOMContentLoaded", setUpGutters);
+
+// Dialogs opened by a button naming them (data-opens="dialog-id"), e.g. Home's launch.
+document.addEventListener("click", (e) => {
+  const opener = e.target.closest("[data-opens]");
+  if (!opener) return;
+  e.preventDefault();
+  document.getElementById(opener.dataset.opens)?.showModal();
+});
+
+// Live run tables (Home, the runs list). The server pushes each changed run's row as an
+// out-of-band fragment. A row the page does not show yet gets a place first, in the
+// first live table that would list it (a run launched while the page is open); after
+// the swap, a row that no longer belongs to its table (a finished run under "Active")
+// moves to the table that takes it, or leaves. Tables say what they take:
+//   data-accept="active|final|any"  data-experiment / data-creator / data-state filters
+//   data-insert="false" (only update rows in place, e.g. a later page)  data-limit="N"
+function takes(table, row) {
+  const want = table.dataset, has = row.dataset;
+  if (want.accept === "active" && has.active !== "true") return false;
+  if (want.accept === "final" && has.active !== "false") return false;
+  for (const field of ["experiment", "creator", "state"]) {
+    if (want[field] && want[field] !== has[field]) return false;
+  }
+  return true;
+}
+function liveTables() { return [...document.querySelectorAll("tbody[data-live-runs]")]; }
+function placeRow(row) {
+  const table = liveTables().find((t) => t.dataset.insert !== "false" && takes(t, row));
+  if (!table) return false;
+  const place = document.createElement("tr");
+  place.id = row.id;
+  table.prepend(place);
+  return true;
+}
+function tidyTables() {
+  for (const table of liveTables()) {
+    for (const row of [...table.querySelectorAll("tr[id^=run-row-]")]) {
+      if (takes(table, row)) continue;
+      const other = liveTables().find((t) => t !== table && t.dataset.insert !== "false" && takes(t, row));
+      if (other) other.prepend(row); else row.remove();
+    }
+    const rows = table.querySelectorAll("tr[id^=run-row-]");
+    const limit = Number(table.dataset.limit || 0);
+    if (limit) [...rows].slice(limit).forEach((row) => row.remove());
+    const empty = table.querySelector("tr.empty");
+    if (empty) empty.hidden = table.querySelector("tr[id^=run-row-]") !== null;
+  }
+}
+// As an htmx extension on the socket's element (hx-ext="ws,live-runs"), so a row that
+// has no place on this page (another experiment's run) is dropped before the swap.
+htmx.defineExtension("live-runs", {
+  transformResponse(text) {
+    const incoming = document.createElement("template");
+    incoming.innerHTML = text;
+    for (const row of incoming.content.querySelectorAll("tr[id^=run-row-]")) {
+      if (!document.getElementById(row.id) && !placeRow(row)) row.remove();
+    }
+    return incoming.innerHTML;
+  },
+});
+document.addEventListener("htmx:wsAfterMessage", tidyTables);
+document.addEventListener("DOMContentLoaded", tidyTables);
+// Pushes reach a list only while its socket is open: runs that changed between the
+// page's render and the socket's opening, or while it was down, are fetched afresh
+// (the page itself, whose tables hold the same filters) each time it opens.
+document.addEventListener("htmx:wsOpen", async (e) => {
+  const tables = [...e.target.querySelectorAll("tbody[data-live-runs]")];
+  if (!tables.length) return;
+  const response = await fetch(location.href, { credentials: "same-origin" });
+  if (!response.ok) return;
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  for (const table of tables) {
+    const twin = fresh.querySelector(`tbody[data-live-runs][data-accept="${table.dataset.accept}"]`);
+    if (twin) table.innerHTML = twin.innerHTML;
+  }
+  tidyTables();
+});

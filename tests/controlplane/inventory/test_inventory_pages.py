@@ -136,3 +136,12 @@ def test_admins_are_offered_both(user_client):
     import_cluster_yaml("lab", TWO_NODES)
     assert 'id="import"' in user_client.get("/cluster/").content.decode()
     assert "/cluster/lab/edit/" in user_client.get("/cluster/lab/").content.decode()
+
+
+def test_the_cluster_page_shows_interpreters_by_group_and_ignored_hardware(operator_client):
+    text = (settings.BASE_DIR / "examples/clusters/simulators_and_robots.yaml").read_text()
+    import_cluster_yaml("sims", text)
+    page = operator_client.get("/cluster/sims/").content.decode()
+    assert "ignored: placed per node" in page
+    assert "sim: <code>/opt/venv/sim/bin/python3</code>" in page
+    assert "robot: <code>/opt/venv/franka/bin/python3</code>" in page

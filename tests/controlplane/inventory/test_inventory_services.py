@@ -60,3 +60,31 @@ def test_an_invalid_cluster_writes_nothing_and_names_every_problem():
     assert len(rules) >= 2  # the reserved label and the ranks beyond num_nodes
     assert all(issue.line for issue in caught.value.issues)
     assert not Cluster.objects.filter(name="bad").exists()
+
+
+def test_ignore_hardware_is_kept_through_the_database():
+    text = """cluster:
+  num_nodes: 2
+  node_groups:
+    - label: sim
+      node_ranks: 0-1
+      accelerators: {type: L4, count: 1}
+      ignore_hardware: true
+"""
+    cluster = import_cluster_yaml("sims", text)
+    assert cluster.node_groups.get(label="sim").ignore_hardware is True
+    assert to_trainer_cluster(cluster).group("sim").ignore_hardware is True
+    assert "ignore_hardware: true" in export_cluster_yaml(cluster)
+
+
+def test_a_node_lists_the_interpreter_of_each_of_its_groups():
+    text = (Path(settings.BASE_DIR) / "examples/clusters/simulators_and_robots.yaml").read_text()
+    cluster = import_cluster_yaml("sims-and-robots", text)
+    node = Node.objects.get(cluster=cluster, rank=2)
+    assert node.python_interpreter_path is None  # two groups, two interpreters
+    assert node.python_interpreters == {
+        "sim": "/opt/venv/sim/bin/python3",
+        "robot": "/opt/venv/franka/bin/python3",
+    }
+    single = Node.objects.get(cluster=cluster, rank=1)
+    assert single.python_interpreter_path == "/opt/venv/sim/bin/python3"

@@ -14,19 +14,17 @@ import pytest
 from django.conf import settings
 from django.db.models import Count
 
-from controlplane.experiments.services import create_experiment
 from controlplane.runs.artifacts import run_artifact_dir
 from controlplane.runs.models import MetricPoint, Run, RunState, TelemetryBatch
 from controlplane.runs.spool_ingest import ingest_spools
-from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
 from tests.processes import free_port, wait_until
+from tests.runs import submitted_run
 from tests.tcp_gate import TcpGate
 from trainer.link import TrainerLink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
-CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
 SMALL = [
     "env.num_parallel_envs=4", "algorithm.data_batch_size=8", "runner.progress=false",
     "algorithm.update_epochs=1", "algorithm.num_minibatches=2", "runner.torch_threads=1",
@@ -35,19 +33,7 @@ SMALL = [
 
 @pytest.fixture
 def run() -> Run:
-    experiment = create_experiment("link-faults", CONFIG)
-    run = Run.objects.create(
-        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
-    )
-    transition(run.pk, RunState.SUBMITTING)
-    return run
-
-
-@pytest.fixture
-def web(stack_factory):
-    stack = stack_factory()
-    stack.start_web()
-    return stack
+    return submitted_run("link-faults")
 
 
 def start_trainer(url: str, run: Run, folder: Path, *overrides: str, attempt: int = 1,
@@ -76,7 +62,9 @@ def iterations_written(folder: Path) -> int:
 
 
 def stored_steps(run: Run) -> list[int]:
-    points = MetricPoint.objects.filter(run=run, key="rollout/success_rate").order_by("step")
+    points = MetricPoint.objects.filter(key__run=run, key__name="rollout/success_rate").order_by(
+        "step"
+    )
     return list(points.values_list("step", flat=True))
 
 
@@ -84,7 +72,9 @@ def assert_exactly_once(run: Run, folder: Path) -> None:
     """Every iteration the trainer wrote to disk is stored once, every key of it."""
     written = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert stored_steps(run) == [line["iteration"] for line in written]
-    repeated = MetricPoint.objects.filter(run=run).values("key", "step").annotate(n=Count("pk"))
+    repeated = (
+        MetricPoint.objects.filter(key__run=run).values("key", "step").annotate(n=Count("pk"))
+    )
     assert not repeated.filter(n__gt=1).exists()
     for attempt in {b.attempt for b in TelemetryBatch.objects.filter(run=run)}:
         seqs = sorted(
@@ -145,8 +135,10 @@ def test_a_resubmitted_runs_second_attempt_is_stored(web, run, tmp_path):
     first.kill()  # the job dies (OOM, a lost node); Ray's job is gone with it
     first.communicate(timeout=30)
     Run.objects.filter(pk=run.pk).update(attempt=2)  # what resubmitting a reported run does
+    # The first attempt may have run well past its second point before the kill landed.
+    last = iterations_written(tmp_path) + 3
     second = start_trainer(
-        web.url, run, tmp_path, "runner.iterations=6", "runner.checkpoint_every=1",
+        web.url, run, tmp_path, f"runner.iterations={last}", "runner.checkpoint_every=1",
         attempt=2, resume=True,
     )  # fmt: skip
     output, _ = second.communicate(timeout=180)
@@ -154,7 +146,7 @@ def test_a_resubmitted_runs_second_attempt_is_stored(web, run, tmp_path):
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED and run.summary["rollout/success_rate"] >= 0
     assert {b.attempt for b in TelemetryBatch.objects.filter(run=run)} == {1, 2}
-    assert stored_steps(run)[-1] == 6
+    assert stored_steps(run)[-1] == last
     assert TelemetryBatch.objects.filter(run=run, attempt=2, seq=1).exists()
 
 
@@ -175,7 +167,8 @@ def test_what_a_trainer_could_not_deliver_is_ingested_from_its_spool(run):
     assert trainer.returncode == 0, output
     assert "stay in" in output  # the link said where it left them
     assert stored_steps(run) == []
-    assert ingest_spools(run) == 1 + 3 * 2 + 1 + 1  # started, 3 × (metrics, progress), ckpt, end
+    # started, placed, 3 × (metrics, progress), checkpoint, finished
+    assert ingest_spools(run) == 2 + 3 * 2 + 1 + 1
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED and run.exit_reason == "the trainer finished"
     assert 0 <= run.summary["rollout/success_rate"] <= 1 and run.progress_step == 3

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from controlplane.runs import telemetry
+from trainer.evaluation.protocol import EvalTable, TaskResult
 from trainer.link import protocol
-from trainer.link.reporter import failure_data
+from trainer.link.reporter import eval_summary, failure_data
 
 
 def wire(message: protocol.Event | protocol.Metrics | protocol.Progress) -> dict:
@@ -30,6 +31,46 @@ def test_what_the_trainer_builds_the_control_plane_accepts():
     assert wire(protocol.Event(seq=11, kind="failed", data=data))["data"] == {
         "error": "x", "loss": None, "shape": [1, 2],
     }  # fmt: skip
+
+
+def eval_table(tasks: int = 2) -> dict:
+    results = [
+        TaskResult(t, f"KITCHEN_SCENE{t}_put_the_black_bowl_on_top_of_the_cabinet", 150, t % 7,
+                   {5: [t % 3, 50], 10: [t % 2, 50], 15: [t % 2, 50]})
+        for t in range(tasks)
+    ]  # fmt: skip
+    return EvalTable("libero", "libero_90", "/runs/run-3/checkpoints/iter_000060.pt", 60,
+                     [5, 10, 15], results).to_json()  # fmt: skip
+
+
+def test_an_evaluation_table_and_a_recovery_are_accepted():
+    for tasks in (1, 90):  # LIBERO-90's 90 tasks fit in one event
+        table = eval_table(tasks)
+        assert wire(protocol.Event(seq=1, kind="evaluated", data=table))["data"] == table
+        summary = eval_summary(table)
+        assert wire(protocol.Event(seq=2, kind="finished", data={"summary": summary}))
+    recovered = protocol.Event(seq=3, kind="recovered", data={"iteration": 4, "what": "worker"})
+    assert wire(recovered)["kind"] == "recovered"
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda t: t["tasks"][1].update(successes=151), "data.tasks.1: successes must not exceed"),
+        (lambda t: t["tasks"][0].update(rate=1.5), "data.tasks.0.rate: Input should be less"),
+        (lambda t: t.update(tasks=[]), "data.tasks: List should have at least 1 item"),
+        (lambda t: t["horizon_average"].update(h5=0.1), "data.horizon_average.h5.[key]"),
+        (lambda t: t.pop("average"), "data.average: Field required"),
+        (lambda t: t.update(extra=1), "data.extra: Extra inputs are not permitted"),
+    ],
+)
+def test_a_malformed_evaluation_table_is_refused_naming_the_field(change, error):
+    table = eval_table()
+    change(table)
+    frame = json.dumps({"v": 1, "type": "event", "seq": 4, "kind": "evaluated", "data": table})
+    with pytest.raises(telemetry.InvalidMessage) as refused:
+        telemetry.parse_message(frame)
+    assert error in refused.value.error
 
 
 def test_a_failure_report_fits_the_event_size_limit():

@@ -145,10 +145,12 @@ def test_two_runs_of_the_same_config_keep_separate_complete_outputs(live):
         assert f"checkpoints: {folder.resolve()}/checkpoints" in selectors.job_logs(run)
 
         listed = api.get(f"/api/v1/runs/{run.pk}/artifacts").json()
+        (events,) = (folder / "tensorboard").glob("events.out.tfevents.*")
         assert {f["path"]: f["size"] for f in listed} == {
-            path: (folder / path).stat().st_size
-            for path in ("checkpoints/iter_000003.pt", "config.yaml", "metrics.jsonl")
-        }
+            str(path): (folder / path).stat().st_size
+            for path in ("checkpoints/iter_000003.pt", "config.yaml", "metrics.jsonl",
+                         events.relative_to(folder))
+        }  # fmt: skip
         download = api.get(f"/api/v1/runs/{run.pk}/artifacts/metrics.jsonl")
         assert b"".join(download.streaming_content) == (folder / "metrics.jsonl").read_bytes()
         assert api.get(f"/api/v1/runs/{run.pk}/artifacts/../../secret_key").status_code == 404

@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group
 from controlplane.experiments.models import Experiment
 from controlplane.experiments.services import create_experiment
 from controlplane.inventory.services import import_cluster_yaml
+from controlplane.runs import series
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run
 
@@ -49,6 +50,24 @@ def test_invalid_configs_are_shown_with_their_key_paths(operator):
     assert "algorithm.name" in checked.content.decode()
 
 
+def test_config_problems_point_at_their_yaml_line(operator):
+    text = CONFIG.replace("iterations: 60", "iterations: -3")
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "iterations: -3" in row)
+    checked = operator.post("/experiments/validate/", {"config_yaml": text}).content.decode()
+    assert f'<li data-line="{line}">' in checked and f"line {line}</span>" in checked
+    broken = operator.post("/experiments/validate/", {"config_yaml": "a: 1\nb: [2\n"})
+    assert 'data-line="3"' in broken.content.decode()  # the syntax error's own line
+    create_experiment("demo", CONFIG)
+    api = operator.post(
+        "/api/v1/experiments/demo/revisions", {"config_yaml": text},
+        content_type="application/json",
+    )  # fmt: skip
+    assert api.status_code == 400
+    assert {"path": "runner.iterations", "line": line} == {
+        k: v for k, v in api.json()["errors"][0].items() if k in ("path", "line")
+    }
+
+
 def test_launch_from_the_page_with_a_cluster_and_overrides(operator):
     create_experiment("demo", CONFIG)
     import_cluster_yaml(
@@ -58,21 +77,43 @@ def test_launch_from_the_page_with_a_cluster_and_overrides(operator):
     assert 'data-component="actor"' in preview
     response = operator.post(
         "/experiments/demo/launch/",
-        {"cluster": "one", "overrides": "runner.iterations=4\n", "timeout_s": "600"},
-    )
+        {"cluster": "one", "overrides": "runner.iterations=4\n", "timeout_s": "600",
+         "tags": "sweep-a, gpu"},
+    )  # fmt: skip
     run = Run.objects.get()
     assert response["Location"] == f"/runs/{run.pk}/"
     assert (run.cluster.name, run.overrides, run.timeout_s, run.progress_total) == (
         "one", ["runner.iterations=4"], 600, 4,
     )  # fmt: skip
     assert "num_nodes: 1" in run.config_yaml
+    assert run.tags == ["sweep-a", "gpu"]
 
 
-def test_bad_overrides_are_refused_with_a_message(operator):
+def test_bad_overrides_are_refused_with_a_message_and_kept(operator):
     create_experiment("demo", CONFIG)
-    response = operator.post("/experiments/demo/launch/", {"overrides": "nonsense"}, follow=True)
-    assert "Not key=value: nonsense" in response.content.decode()
+    response = operator.post("/experiments/demo/launch/", {"overrides": "nonsense"})
+    assert response.status_code == 422
+    page = response.content.decode()
+    assert "Not key=value: nonsense" in page and "\nnonsense</textarea>" in page
+    response = operator.post(
+        "/experiments/demo/launch/", {"overrides": "runner.iterations=-1", "timeout_s": "77"}
+    )
+    page = response.content.decode()
+    assert response.status_code == 422 and "runner.iterations" in page
+    assert "\nrunner.iterations=-1</textarea>" in page and 'value="77"' in page
     assert not Run.objects.exists()
+
+
+def test_the_home_dialog_launches_a_chosen_experiment(operator):
+    create_experiment("demo", CONFIG)
+    assert 'id="launch-dialog"' in operator.get("/").content.decode()
+    missing = operator.post("/runs/launch/", {"experiment": "nope"}, follow=True)
+    assert "Choose an experiment to launch." in missing.content.decode()
+    response = operator.post(
+        "/runs/launch/", {"experiment": "demo", "overrides": "runner.iterations=2"}
+    )
+    run = Run.objects.get()
+    assert response["Location"] == f"/runs/{run.pk}/" and run.overrides == ["runner.iterations=2"]
 
 
 def test_runs_list_filters_and_run_page(operator):
@@ -86,6 +127,27 @@ def test_runs_list_filters_and_run_page(operator):
     assert "Stop" in page and f'ws-connect="/ws/runs/{run.pk}/"' in page
     diff = operator.get(f"/runs/{other.pk}/diff/{run.pk}/").content.decode()
     assert "+  seed: 2" in diff
+
+
+def test_runs_list_page_filters_sorts_pages_and_offers_compare(operator):
+    experiment = create_experiment("demo", CONFIG, tags=["base"])
+    runs = [launch_run(experiment, user=operator.user, tags=["odd"] if i % 2 else [])[0]
+            for i in range(30)]  # fmt: skip
+    for i, run in enumerate(runs):
+        series.store_points(run.pk, 1, 1.7e9, {"rollout/success_rate": i / 100})
+    best = operator.get("/runs/?ordering=-success").content.decode()
+    assert best.index(f'id="run-row-{runs[29].pk}"') < best.index(f'id="run-row-{runs[28].pk}"')
+    assert f'id="run-row-{runs[0].pk}"' not in best  # on page 2 (25 a page)
+    assert "0.29" in best and 'aria-current="page">1<' in best and "page=2" in best
+    second = operator.get("/runs/?ordering=-success&page=2").content.decode()
+    assert f'id="run-row-{runs[0].pk}"' in second and "ordering=-success&page=1" in second
+    tagged = operator.get("/runs/?tag=odd&creator=olga").content.decode()
+    assert tagged.count('class="compare-pick"') == 15
+    assert f'id="run-row-{runs[0].pk}"' not in tagged
+    assert 'id="compare-runs" data-href="/runs/compare/"' in best
+    assert 'class="list pickable"' in best
+    wrong = operator.get("/runs/?ordering=size").content.decode()
+    assert "Unknown ordering" in wrong
 
 
 def test_viewers_see_but_cannot_change(client):
@@ -116,6 +178,26 @@ def test_the_run_page_lists_the_runs_files_and_serves_them(client):
     assert 'filename="metrics.jsonl"' in download["Content-Disposition"]
     assert client.get(f"/runs/{run.pk}/files/../run-{run.pk + 1}/x").status_code == 404
     assert client.get(f"/runs/{run.pk}/files/checkpoints").status_code == 404  # a folder
+
+
+def test_the_run_page_shows_where_each_process_is_next_to_the_plan(client):
+    from controlplane.runs.models import RunEvent
+
+    client.force_login(get_user_model().objects.create_user("vera"))
+    placed = CONFIG + "cluster: {num_nodes: 2, component_placement: {actor: '0-1'}}\n"
+    run, _ = launch_run(create_experiment("spread", placed), user=None)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    table = page[page.index('id="run-processes"') :]
+    assert table.count("<tr data-component=") == 2 and "starting" in table
+    processes = [
+        {"component": "actor", "rank": rank, "node_rank": rank, "node_ip": f"10.0.0.{rank + 1}",
+         "pid": 4000 + rank, "visible_devices": None, "interpreter": "/usr/bin/python3"}
+        for rank in (0, 1)
+    ]  # fmt: skip
+    RunEvent.objects.create(run=run, kind="placed", data={"processes": processes})
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    row = page[page.index('data-component="actor" data-rank="1"') :].split("</tr>")[0]
+    assert "node 1" in row and "10.0.0.2" in row and "4001" in row and "all" in row
 
 
 def test_only_an_operator_resumes_an_interrupted_run_and_only_once(operator, client):

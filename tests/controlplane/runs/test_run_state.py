@@ -1,23 +1,17 @@
 """One function owns every state change; illegal moves raise."""
 
 import pytest
-from django.conf import settings
 
-from controlplane.experiments.services import create_experiment
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import IllegalTransition, transition
+from tests.runs import queued_run
 
 pytestmark = pytest.mark.django_db
-
-CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
 
 
 @pytest.fixture
 def run():
-    experiment = create_experiment("e", CONFIG)
-    return Run.objects.create(
-        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
-    )
+    return queued_run("e")
 
 
 def test_the_happy_path_records_timestamps_and_events(run):

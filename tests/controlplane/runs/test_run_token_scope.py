@@ -4,12 +4,10 @@ When the run ends, the server closes the links still open with it."""
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
 from rest_framework.test import APIClient
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from controlplane.experiments.services import create_experiment
 from controlplane.realtime import publish as publish_module
 from controlplane.realtime.routing import websocket_application
 from controlplane.realtime.trainer_consumer import CLOSE_FORBIDDEN, CLOSE_RUN_FINISHED
@@ -17,20 +15,14 @@ from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
+from tests.runs import submitted_run
 from trainer.link import TrainerLink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
-
 
 def make_run() -> Run:
-    experiment = create_experiment(f"scope-{Run.objects.count()}", CONFIG)
-    run = Run.objects.create(
-        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
-    )
-    transition(run.pk, RunState.SUBMITTING)
-    return run
+    return submitted_run(f"scope-{Run.objects.count()}")
 
 
 @pytest.fixture

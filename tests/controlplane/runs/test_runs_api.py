@@ -84,7 +84,7 @@ def test_runs_are_listed_filtered_and_shown(operator, experiment):
     assert operator.get("/api/v1/runs?state=running").json()["results"] == []
     assert operator.get("/api/v1/runs?state=bogus").status_code == 400
     assert operator.get(f"/api/v1/runs/{run_id}").json()["experiment"] == "demo"
-    assert operator.get(f"/api/v1/runs/{run_id}/events").json()[0]["kind"] == "launched"
+    assert operator.get(f"/api/v1/runs/{run_id}/events").json()["results"][0]["kind"] == "launched"
     assert operator.get(f"/api/v1/runs/{run_id}/metrics").json() == {"latest": {}}
     assert operator.get("/api/v1/runs/999999").status_code == 404
 

@@ -9,16 +9,14 @@ import pytest
 from django.conf import settings
 from django.db.models import Count
 
-from controlplane.experiments.services import create_experiment
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, TelemetryBatch
-from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
+from tests.runs import submitted_run
 from trainer.link import TrainerLink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
 SMALL = [
     "env.num_parallel_envs=4",
     "algorithm.data_batch_size=8",
@@ -31,35 +29,23 @@ SMALL = [
 
 @pytest.fixture
 def run() -> Run:
-    experiment = create_experiment("live-link", CONFIG)
-    run = Run.objects.create(
-        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
-    )
-    transition(run.pk, RunState.SUBMITTING)
-    return run
-
-
-@pytest.fixture
-def live_web(stack_factory):
-    stack = stack_factory()
-    stack.start_web()
-    return stack
+    return submitted_run("live-link")
 
 
 def assert_stored_once(run: Run) -> list[int]:
     seqs = sorted(TelemetryBatch.objects.filter(run=run).values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     repeated = (
-        MetricPoint.objects.filter(run=run).values("key", "step").annotate(n=Count("pk"))
+        MetricPoint.objects.filter(key__run=run).values("key", "step").annotate(n=Count("pk"))
     ).filter(n__gt=1)
     assert not repeated.exists()
     return seqs
 
 
-def test_a_trainer_process_reports_progress_metrics_and_events(live_web, run, tmp_path):
+def test_a_trainer_process_reports_progress_metrics_and_events(web, run, tmp_path):
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO")},
-        "ARMATURE_URL": live_web.url,
+        "ARMATURE_URL": web.url,
         "ARMATURE_RUN_ID": str(run.pk),
         "ARMATURE_RUN_TOKEN": make_run_token(run.pk),
     }
@@ -78,36 +64,41 @@ def test_a_trainer_process_reports_progress_metrics_and_events(live_web, run, tm
     assert run.state == RunState.SUCCEEDED  # the trainer's finished event, at once
     assert (run.progress_step, run.progress_total) == (3, 3)
     assert 0.0 <= run.summary["rollout/success_rate"] <= 1.0
-    success = MetricPoint.objects.filter(run=run, key="rollout/success_rate").order_by("step")
+    success = MetricPoint.objects.filter(key__run=run, key__name="rollout/success_rate").order_by(
+        "step"
+    )
     assert list(success.values_list("step", flat=True)) == [1, 2, 3]
     assert success.last().value == run.summary["rollout/success_rate"]
-    assert MetricPoint.objects.filter(run=run, key="losses/policy_loss").count() == 3
+    assert MetricPoint.objects.filter(key__run=run, key__name="losses/policy_loss").count() == 3
     trainer_events = RunEvent.objects.filter(run=run).exclude(kind="state")
     assert list(trainer_events.values_list("kind", flat=True)) == [
-        "started", "checkpoint", "checkpoint", "finished",
+        "started", "placed", "checkpoint", "checkpoint", "finished",
     ]  # fmt: skip
+    (where,) = trainer_events.get(kind="placed").data["processes"]
+    assert (where["component"], where["rank"], where["node_rank"]) == ("actor", 0, 0)
+    assert where["pid"] > 0 and where["interpreter"]
     checkpoints = trainer_events.filter(kind="checkpoint")
     assert [e.data["iteration"] for e in checkpoints] == [2, 3]
-    # started, then metrics + progress per iteration, 2 checkpoints, finished.
-    assert len(assert_stored_once(run)) == 1 + 3 * 2 + 2 + 1
+    # started, placed, then metrics + progress per iteration, 2 checkpoints, finished.
+    assert len(assert_stored_once(run)) == 2 + 3 * 2 + 2 + 1
 
 
-def test_the_link_resends_what_a_restarting_web_server_did_not_acknowledge(live_web, run):
-    link = TrainerLink(live_web.url, run.pk, make_run_token(run.pk))
+def test_the_link_resends_what_a_restarting_web_server_did_not_acknowledge(web, run):
+    link = TrainerLink(web.url, run.pk, make_run_token(run.pk))
     for step in (1, 2, 3):
         link.metrics(step, {"rollout/success_rate": step / 10})
     wait_until(lambda: link.pending() == 0, 30, "the first acknowledgements")
 
-    live_web.close()  # the control plane goes away mid-run
+    web.close()  # the control plane goes away mid-run
     for step in (4, 5, 6):
         link.metrics(step, {"rollout/success_rate": step / 10})
         link.progress(step, 6)
     assert link.pending() == 6  # nobody there to acknowledge them; training went on
-    live_web.start_web()
+    web.start_web()
 
     assert link.close(timeout=60) is True
     assert len(assert_stored_once(run)) == 9
-    steps = MetricPoint.objects.filter(run=run).order_by("step").values_list("step", flat=True)
+    steps = MetricPoint.objects.filter(key__run=run).order_by("step").values_list("step", flat=True)
     assert list(steps) == [1, 2, 3, 4, 5, 6]
     run.refresh_from_db()
     assert run.progress_step == 6

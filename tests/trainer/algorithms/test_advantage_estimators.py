@@ -44,6 +44,19 @@ def test_grpo_normalises_within_each_group():
     assert advantages.tolist() == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("size", [2, 3, 6, 8, 16])
+@pytest.mark.parametrize("value", [1.2, 0.0, 1.0, 0.1, 3.7, -0.3, 1e6])
+def test_grpo_gives_an_equal_group_exactly_zero_advantage(size, value):
+    # In float32 the mean of six 1.2s is not 1.2; that rounding noise divided by its
+    # own tiny std came out as +-0.1 before.
+    scores = torch.cat([torch.full((size,), value), torch.tensor([0.0, 1.0] * (size // 2))])
+    if size % 2:
+        scores = torch.full((size,), value)
+    advantages = group_normalized_advantages(scores, size)
+    assert advantages.dtype == torch.float32
+    assert advantages[:size].tolist() == [0.0] * size
+
+
 def test_rloo_uses_a_leave_one_out_baseline():
     # A_i = s_i - mean(others): 1 - 1/3, 0 - 2/3, 0 - 2/3, 1 - 1/3 ; then 2 - 1, 1 - 2
     scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 1.0])
@@ -66,7 +79,14 @@ def test_plan_reward_goes_to_successful_trajectories_only_scaled_by_horizon():
 
 
 def test_the_group_filter_keeps_only_mixed_groups():
-    success = torch.tensor([1, 1, 0, 1, 0, 0, 1, 0, 0, 0]).bool()
+    success = torch.tensor([1, 1, 0, 1, 0, 0, 1, 0, 0, 0]).float()
     assert informative_groups(success[:8], 2).tolist() == [False, True, False, True]
     with pytest.raises(ValueError, match="10 rollouts do not split into groups of 4"):
         informative_groups(success, 4)
+
+
+def test_the_group_filter_keeps_all_success_groups_whose_plan_rewards_differ():
+    # Two successes with horizons 5 and 10 under the plan reward score 1.1 and 1.2:
+    # GRPO learns from the difference. Equal scores carry nothing, whatever they are.
+    scores = torch.tensor([1.1, 1.2, 1.1, 1.1, 0.0, 0.0])
+    assert informative_groups(scores, 2).tolist() == [True, False, False]

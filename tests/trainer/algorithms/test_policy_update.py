@@ -1,4 +1,5 @@
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -147,3 +148,18 @@ def test_plan_reward_enters_grpo_scores_and_the_last_ppo_reward():
     assert float(scored.reward[last[0], 0] - plain[last[0], 0]) == pytest.approx(0.5, abs=1e-6)
     assert float(scored.reward[last[1], 1] - plain[last[1], 1]) == pytest.approx(1.0, abs=1e-6)
     assert torch.equal(scored.reward[:, 2:], plain[:, 2:])
+
+
+@pytest.mark.parametrize("cls", [GRPO, RLOO])
+def test_group_methods_built_directly_leave_their_advantages_unnormalised(cls):
+    # The config layer is not the only way in: settings built in code must give the
+    # same update as an explicit normalize_advantages=False.
+    results = {}
+    for normalize in (None, False, True):
+        _, algorithm, batch = _setup(cls, group_size=2, normalize_advantages=normalize)
+        # Advantages far from mean 0 / std 1, so normalising them would change the step.
+        spread = torch.linspace(0.5, 3.0, batch.advantage.shape[1])
+        algorithm.update(replace(batch, advantage=spread * batch.valid.float()))
+        results[normalize] = _params(algorithm)
+    assert all(torch.equal(a, b) for a, b in zip(results[None], results[False], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(results[None], results[True], strict=True))

@@ -182,19 +182,30 @@ def test_an_env_var_key_is_set_once_within_one_config():
     assert issue.rule == "env_var.duplicate"
 
 
-def test_a_node_has_at_most_one_interpreter():
+def test_a_group_gives_a_node_at_most_one_interpreter():
     def mutate(section):
-        section["node_groups"].append(
-            {
-                "label": "extra",
-                "node_ranks": "0",
-                "env_configs": [{"node_ranks": 0, "python_interpreter_path": "/usr/bin/python3"}],
-            }
+        section["node_groups"][0]["env_configs"].append(
+            {"node_ranks": 0, "python_interpreter_path": "/usr/bin/python3"}
         )
 
-    issue = only_issue(mutate)
-    assert issue.rule == "interpreter.duplicate"
+    issues = errors_for(mutate)
+    assert {issue.rule for issue in issues} == {"env_config.overlap", "interpreter.duplicate"}
+    (issue,) = [issue for issue in issues if issue.rule == "interpreter.duplicate"]
     assert "node 0" in issue.message
+
+
+def test_groups_sharing_a_node_may_name_different_interpreters():
+    section = copy.deepcopy(VALID)
+    section["node_groups"].append(
+        {
+            "label": "extra",
+            "node_ranks": "0",
+            "env_configs": [{"node_ranks": 0, "python_interpreter_path": "/usr/bin/python3"}],
+        }
+    )
+    node = cluster_from_dict(section).node(0)
+    assert node.python_interpreters == {"gpu": "/opt/venv/bin/python", "extra": "/usr/bin/python3"}
+    assert node.python_interpreter_path is None  # the node alone does not say which
 
 
 def test_the_interpreter_path_must_be_absolute():

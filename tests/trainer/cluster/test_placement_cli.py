@@ -70,8 +70,8 @@ def test_it_prints_json_with_the_flag():
         "hardware_type": None,
         "resource_ranks": [2],
         "local_hardware_ranks": [],
-        "visible_accelerators": [],
-        "env_vars": {"GLOO_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": ""},
+        "visible_accelerators": [0, 1, 2, 3, 4, 5, 6, 7],
+        "env_vars": {"GLOO_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
         "python_interpreter_path": "/opt/venv/openpi/bin/python3",
     }
 

@@ -29,7 +29,8 @@ def gpu_cluster(num_nodes: int, gpus: int) -> dict:
 
 
 def rows(plan, component):
-    """(process, node, local rank, local world size, resources, node-local, CUDA)."""
+    """(process, node, local rank, local world size, resources, node-local, CUDA); CUDA is
+    None when the process is left its node's own visibility."""
     return [
         (
             p.process_rank,
@@ -38,7 +39,7 @@ def rows(plan, component):
             p.local_world_size,
             p.resource_ranks,
             p.local_hardware_ranks,
-            p.env_vars["CUDA_VISIBLE_DEVICES"],
+            p.env_vars.get("CUDA_VISIBLE_DEVICES"),
         )
         for p in plan.components[component]
     ]
@@ -109,14 +110,14 @@ def test_it_shares_each_robot_between_two_env_processes():
         cluster_from_dict(section), {"env": {"node_group": "robot", "placement": "0-3:0-7"}}
     )
     assert rows(plan, "env") == [
-        (0, 0, 0, 4, (0,), (0,), ""),
-        (1, 0, 1, 4, (0,), (0,), ""),
-        (2, 0, 2, 4, (1,), (1,), ""),
-        (3, 0, 3, 4, (1,), (1,), ""),
-        (4, 1, 0, 4, (2,), (0,), ""),
-        (5, 1, 1, 4, (2,), (0,), ""),
-        (6, 1, 2, 4, (3,), (1,), ""),
-        (7, 1, 3, 4, (3,), (1,), ""),
+        (0, 0, 0, 4, (0,), (0,), None),
+        (1, 0, 1, 4, (0,), (0,), None),
+        (2, 0, 2, 4, (1,), (1,), None),
+        (3, 0, 3, 4, (1,), (1,), None),
+        (4, 1, 0, 4, (2,), (0,), None),
+        (5, 1, 1, 4, (2,), (0,), None),
+        (6, 1, 2, 4, (3,), (1,), None),
+        (7, 1, 3, 4, (3,), (1,), None),
     ]
     process = plan.process("env", 5)
     assert process.resource_kind == "hardware"
@@ -145,7 +146,12 @@ def test_it_places_processes_by_node_rank_on_the_node_group():
         assert process.resource_ranks == (node,)
         assert process.resource_kind == "node"
         assert process.local_hardware_ranks == ()  # no hardware placement on `node`
-        assert dict(process.env_vars) == {"GLOO_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": ""}
+        # Placed per node: it sees every accelerator of its node, as in RLinf.
+        assert process.visible_accelerators == (0, 1)
+        assert dict(process.env_vars) == {
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+        }
 
 
 def test_it_gives_a_process_spanning_several_gpus_all_of_them():
@@ -210,8 +216,12 @@ def test_it_imports_and_resolves_the_18_node_example():
         3,
         3,
     ]
-    # Agents run on a800 nodes: they inherit those nodes' env and interpreter, no GPUs.
-    assert dict(agents[0].env_vars) == {"GLOO_SOCKET_IFNAME": "eth0", "CUDA_VISIBLE_DEVICES": ""}
+    # Agents run on a800 nodes: they inherit those nodes' env and interpreter, and see all
+    # of the node's GPUs (placed per node, not on GPUs).
+    assert dict(agents[0].env_vars) == {
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+    }
     assert agents[0].python_interpreter_path == "/opt/venv/openpi/bin/python3"
 
 

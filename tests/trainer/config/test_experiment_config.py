@@ -26,9 +26,9 @@ algorithm:
   data_batch_size: 32
   reward_filter: {enabled: true, max_attempts: 2}
 cluster:
-  num_nodes: 1
+  num_nodes: 2
   component_placement:
-    actor: 1:2
+    actor: 1:0
 """
 
 
@@ -48,8 +48,8 @@ def test_a_yaml_file_loads_into_typed_sections(tmp_path):
     assert config.rollout.action_horizons_pattern == [5, 10, 15]
     assert config.algorithm.reward_filter.max_attempts == 2
     assert config.env.max_episode_steps == 40  # default kept
-    # YAML 1.2: a placement is the text the user wrote, never the base-60 integer 62
-    assert config.cluster["component_placement"]["actor"] == "1:2"
+    # YAML 1.2: a placement is the text the user wrote, never the base-60 integer 60
+    assert config.cluster["component_placement"]["actor"] == "1:0"
 
 
 def test_overrides_take_key_paths_and_yaml_values(tmp_path):
@@ -161,3 +161,41 @@ def test_overrides_create_missing_sections():
         "cluster": {"component_placement": {"actor": "0-3:0-7"}},
         "rollout": {"action_horizons_pattern": [5, 10]},
     }
+
+
+def test_the_cluster_section_is_checked_by_trainer_cluster_with_key_paths():
+    with pytest.raises(ConfigError) as caught:
+        validate_config(
+            {
+                "cluster": {
+                    "num_nodes": 2,
+                    "node_groups": [{"label": "arm", "node_ranks": "0-5"}],
+                    "component_placement": {"actor": "0-7"},
+                }
+            }
+        )
+    paths = [problem.path for problem in caught.value.problems]
+    assert "cluster.node_groups[0].node_ranks" in paths
+    assert all(path.startswith("cluster") for path in paths)
+
+
+def test_a_placement_past_the_cluster_is_refused_with_its_key_path():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"cluster": {"num_nodes": 1, "component_placement": {"actor": "0-3"}}})
+    assert caught.value.problems[0].path == "cluster.component_placement.actor"
+    assert "resource rank 3 does not exist" in caught.value.problems[0].message
+
+
+def test_cluster_and_schema_problems_come_together():
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"runner": {"iterations": -1}, "cluster": {"num_nodes": "two"}})
+    paths = {problem.path for problem in caught.value.problems}
+    assert {"runner.iterations", "cluster.num_nodes"} <= paths
+
+
+@pytest.mark.parametrize("number", [".nan", ".inf", "-.inf", "1e400"])
+def test_nan_and_infinity_are_not_numbers_a_setting_accepts(number):
+    with pytest.raises(ConfigError) as caught:
+        validate_config(parse_yaml(f"actor:\n  learning_rate: {number}\n"))
+    assert caught.value.problems[0].path == "actor.learning_rate"
+    assert "finite" in caught.value.problems[0].message

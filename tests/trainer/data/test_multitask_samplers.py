@@ -1,33 +1,39 @@
 """The scenarios of seed 001, literally."""
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
 from trainer.data.samplers import (
     CircularCursor,
     InitStateSampler,
-    RankWithoutTaskError,
     TaskCursor,
     round_init_state_indices,
     shard_tasks,
-    tasks_for_rank,
 )
+from trainer.runner.on_policy_runner import OnPolicyRunner
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "builtin_grpo.yaml"
 
 
 def test_nine_tasks_over_two_ranks_are_sharded_round_robin():
     assert shard_tasks(list(range(9)), 2) == [[0, 2, 4, 6, 8], [1, 3, 5, 7]]
-    assert tasks_for_rank(list(range(9)), 1, 2) == [1, 3, 5, 7]
 
 
-def test_a_rank_without_a_task_is_rejected_with_a_reason():
-    with pytest.raises(RankWithoutTaskError, match="1 task.*2 actor ranks.*ranks 1..1"):
-        tasks_for_rank([9], 0, 2)
+def test_a_rank_without_a_task_idles_as_the_seed_shows():
+    # seed 001: one task over two ranks -> rank0: [9], rank1: []
+    assert shard_tasks([9], 2) == [[9], []]
+    idle = TaskCursor([])
+    assert [idle.current() for _ in range(3)] == [None, None, None]
 
 
 def test_each_iteration_works_on_one_task_chosen_by_the_cursor():
     seen = {0: [], 1: []}
-    cursors = {rank: TaskCursor(tasks_for_rank(list(range(9)), rank, 2)) for rank in (0, 1)}
+    cursors = {rank: TaskCursor(shard_tasks(list(range(9)), 2)[rank]) for rank in (0, 1)}
     for _ in range(6):
         for rank, cursor in cursors.items():
             seen[rank].append(cursor.current())
@@ -54,6 +60,40 @@ def test_ppo_slots_each_get_their_own_state_and_groups_share_one():
     # each task keeps its own cursor
     assert round_init_state_indices(sampler, 0, num_parallel_envs=2, group_size=1) == [4, 5]
     assert round_init_state_indices(sampler, 1, num_parallel_envs=2, group_size=1) == [2, 0]
+
+
+def test_seed_001_scenario_2_per_rollout_states_from_the_circular_index():
+    # 10 states, 2 envs x rloo_batch_size 2 = 4 states a round, three rounds.
+    sampler = InitStateSampler({0: 10})
+    rounds = [
+        round_init_state_indices(sampler, 0, num_parallel_envs=2, group_size=2, mode="per_rollout")
+        for _ in range(3)
+    ]
+    assert rounds == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+
+
+def test_per_group_states_are_shared_within_a_group_and_advance_by_groups():
+    sampler = InitStateSampler({0: 10})
+    rounds = [
+        round_init_state_indices(sampler, 0, num_parallel_envs=2, group_size=2, mode="per_group")
+        for _ in range(3)
+    ]
+    assert rounds == [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5]]
+    with pytest.raises(ValueError, match="unknown init-state mode 'per_task'"):
+        round_init_state_indices(sampler, 0, 2, 2, mode="per_task")
+
+
+def test_the_config_chooses_the_mode_and_the_runner_follows_it(tmp_path):
+    config = load_config(
+        EXAMPLE, ["algorithm.init_states=per_rollout", "env.num_parallel_envs=2",
+                  "algorithm.group_size=2", "algorithm.data_batch_size=4", "env.task_ids=[0]",
+                  "env.init_states_per_task=10", "runner.iterations=3"],
+    )  # fmt: skip
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    starts = [runner._next_round(0).init_state_index.tolist() for _ in range(3)]
+    assert starts == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+    with pytest.raises(ConfigError, match="algorithm.init_states"):
+        load_config(EXAMPLE, ["algorithm.init_states=sometimes"])
 
 
 def test_sampler_positions_survive_a_checkpoint():

@@ -131,3 +131,25 @@ def test_bad_inputs_get_clear_errors():
 def test_the_registry_builds_the_builtin_env():
     env = make_vector_env("builtin_reach", num_envs=3, max_episode_steps=12)
     assert isinstance(env, BuiltinReachEnv) and env.max_episode_steps == 12
+
+
+def test_substeps_catch_a_goal_passed_through_within_one_action():
+    # The effector 0.5 from the goal along x, moving 0.5 + 2 x radius in one action: at
+    # the action's end it is past the goal region; a substep inside the region solves it.
+    state = torch.zeros(1, 12)
+    state[0, 3:6] = torch.tensor([0.5, 0.0, 0.0])  # the goal marker of reach_red
+    state[0, 6:] = torch.tensor([0.0, 0.9, 0.0, 0.0, -0.9, 0.0])
+    action = torch.zeros(1, 7)
+    action[0, 0] = 1.0
+    action[0, 6] = -1.0
+    results = {}
+    for substeps in (1, 20):
+        env = BuiltinReachEnv(num_envs=1, step_size=0.5 + 2 * 0.2, physics_substeps=substeps)
+        env.reset(0, state)
+        step = env.step(action)
+        results[substeps] = (bool(step.success[0]), step.final_observation[0, 0].item())
+    assert results[1] == (False, pytest.approx(0.9))
+    solved, stopped_at = results[20]
+    assert solved and abs(stopped_at - 0.5) < 0.2
+    with pytest.raises(ValueError, match="physics_substeps must be at least 1"):
+        BuiltinReachEnv(num_envs=1, physics_substeps=0)

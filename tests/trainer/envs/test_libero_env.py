@@ -15,20 +15,19 @@ import pytest
 import torch
 
 from trainer.config import validate_config
-from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
+from trainer.config.env_defaults import (
+    LIBERO_INIT_STATES_PER_TASK,
+    LIBERO_SUITE_MAX_STEPS,
+    LIBERO_SUITE_TASKS,
+)
 from trainer.envs import LiberoNotInstalledError, LiberoVectorEnv, make_vector_env
 from trainer.envs.libero_env import MAX_OBJECTS, OBJECT_STATE_DIM, PROPRIO_DIM
 from trainer.envs.libero_setup import check_libero_installed
 from trainer.envs.subproc_vector_env import SubprocVectorEnv
 from trainer.runner.on_policy_runner import OnPolicyRunner
 
-SUITE_TASKS = {
-    "libero_spatial": 10,
-    "libero_object": 10,
-    "libero_goal": 10,
-    "libero_10": 10,
-    "libero_90": 90,
-}
+# The task counts the control plane checks evaluations with, held to the real suites.
+SUITE_TASKS = LIBERO_SUITE_TASKS
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +75,8 @@ def test_each_suites_first_task_resets_steps_and_reports_success(libero_installe
         state_dim = PROPRIO_DIM + OBJECT_STATE_DIM + env.num_tasks
         assert env.obs_shape == (state_dim,)
         init_states = env.init_states(0)
-        assert init_states.shape[0] == 50 and init_states.dtype == torch.float64
+        assert init_states.shape[0] == LIBERO_INIT_STATES_PER_TASK == 50
+        assert init_states.dtype == torch.float64
         obs = env.reset(0, init_states[:1])
         assert obs.shape == (1, state_dim) and obs[0, PROPRIO_DIM + OBJECT_STATE_DIM] == 1.0
         # The object part is filled in, and the effector starts above the first object.

@@ -243,13 +243,14 @@ def test_the_run_command_reports_its_run_and_trains_as_it_does_alone(
     shape = [(m["type"], m.get("kind") or m.get("step")) for m in messages.values()]
     assert shape == [
         ("event", "started"),
+        ("event", "placed"),
         ("metrics", 1), ("progress", 1), ("event", "checkpoint"),
         ("metrics", 2), ("progress", 2), ("event", "checkpoint"),
         ("event", "finished"),
     ]  # fmt: skip
     finished = messages[len(messages)]["data"]
     assert finished["iteration"] == 2 and "rollout/success_rate" in finished["summary"]
-    assert messages[4]["data"]["path"].endswith("iter_000001.pt")
+    assert messages[5]["data"]["path"].endswith("iter_000001.pt")
 
 
 def test_a_config_error_is_reported_as_failed(tmp_path, monkeypatch, servers):
@@ -257,7 +258,7 @@ def test_a_config_error_is_reported_as_failed(tmp_path, monkeypatch, servers):
     assert _run_cli(tmp_path, monkeypatch, server.url, "env.task_ids=[0, 9]") == 2
     messages = list(server.by_seq().values())
     # The config parsed, so the run had started; the env then refused the task id.
-    assert [m["kind"] for m in messages] == ["started", "failed"]
+    assert [m["kind"] for m in messages] == ["started", "placed", "failed"]
     failed = messages[-1]
     assert "env.task_ids[1]: builtin_reach has tasks 0..5, not 9" in failed["data"]["error"]
 

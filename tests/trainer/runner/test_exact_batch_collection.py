@@ -1,4 +1,5 @@
 import logging
+from dataclasses import replace
 
 import pytest
 import torch
@@ -122,3 +123,23 @@ def test_a_real_round_runs_one_episode_per_slot_from_the_sampled_states():
     assert ended.sum(0).tolist() == [1, 1, 1, 1]
     failed = ~trajectories.episode_success
     assert (trajectories.episode_length[failed] == 12).all()
+
+
+class NeverEnding(BuiltinReachEnv):
+    """An env that ignores its step limit: its episodes outlive any round."""
+
+    def step(self, actions):
+        step = super().step(actions)
+        keep_going = torch.zeros_like(step.done)
+        return replace(step, truncated=keep_going, terminated=keep_going)
+
+
+def test_a_round_never_leaves_an_episode_running_for_the_critic_to_guess():
+    # PPO's returns bootstrap nothing at the end of a round (last values are 0): every
+    # episode must have ended in it, which the step limit guarantees. An env that
+    # breaks that is refused, not silently cut.
+    env = NeverEnding(num_envs=2, max_episode_steps=10)
+    policy = GaussianChunkPolicy(build_encoder("mlp", env.obs_shape, (16,)), 7, 7, 10)
+    algorithm = PPO(policy, None, OnPolicySettings(), chunk=5)
+    with pytest.raises(RuntimeError, match="2 episodes were still running after 2 steps"):
+        run_round(env, algorithm, 0, [0, 1], assign_horizons([5], 2), 2)

@@ -13,7 +13,7 @@ from trainer.runner.on_policy_runner import OnPolicyRunner
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[3]
-TIMING = ("charts/SPS", "charts/samples_per_s")
+TIMING = ("charts/SPS", "charts/samples_per_s", "charts/iteration_seconds")
 SMALL = [
     "env.num_parallel_envs=4",
     "algorithm.data_batch_size=8",
@@ -63,6 +63,7 @@ def test_run_writes_metrics_checkpoints_and_the_resolved_config(tmp_path, capsys
         "losses/clip_fraction",
         "charts/SPS",
         "charts/samples_per_s",
+        "charts/iteration_seconds",
     ):
         assert name in lines[0], name
     assert lines[1]["rollout/task_id"] == 1.0  # the task cursor moved on
@@ -248,3 +249,22 @@ def test_sigterm_stops_after_the_iteration_with_a_checkpoint_to_resume_from(tmp_
     runner = OnPolicyRunner(config)
     runner.learn(resume=True)
     assert runner.iteration == done + 1
+
+
+def test_a_run_writes_tensorboard_events_that_read_back_as_its_metrics(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runner = OnPolicyRunner(_config(tmp_path, "builtin_ppo.yaml", "runner.iterations=2"))
+    history = runner.learn()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    for key in ("rollout/success_rate", "rollout/plan_success_rate_h5", "counts/episodes",
+                "counts/task0/h5/successes", "losses/policy_loss"):  # fmt: skip
+        assert key in scalars
+        # Iterations take turns over tasks: a task's keys are there when it was trained.
+        expected = [(i + 1, metrics[key]) for i, metrics in enumerate(history) if key in metrics]
+        read = [(event.step, event.value) for event in events.Scalars(key)]
+        assert [step for step, _ in read] == [step for step, _ in expected]
+        # Event files store float32.
+        assert [v for _, v in read] == pytest.approx([v for _, v in expected], rel=1e-6)

@@ -3,7 +3,7 @@
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from trainer.cluster import NODE_RANK_LABEL, cluster_from_dict, resolve_placement
-from trainer.runtime import actor_options, check_plan_against_nodes, runtime_env_for
+from trainer.runtime.ray_placement import actor_options, check_plan_against_nodes, runtime_env_for
 
 CLUSTER = cluster_from_dict(
     {
@@ -61,7 +61,7 @@ def test_actor_options_pin_by_label_by_default():
     options = actor_options(PLAN.process("agent", 0))
     assert options["label_selector"] == {NODE_RANK_LABEL: "1"}
     assert (options["num_cpus"], options["num_gpus"]) == (0, 0)
-    assert options["runtime_env"]["env_vars"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert options["runtime_env"]["env_vars"]["CUDA_VISIBLE_DEVICES"] == "0,1"  # per node: all
     assert "scheduling_strategy" not in options
 
 

@@ -3,25 +3,26 @@ fake GPUs): every actor lands on its node and sees exactly its env; a plan the c
 cannot satisfy fails clearly within a bounded time."""
 
 import os
-import shutil
-import socket
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
+from tests.ray_cluster import labelled_ray_cluster
 from trainer.cluster import (
     NODE_RANK_LABEL,
     cluster_from_ray_nodes,
     load_cluster_yaml,
     resolve_placement,
 )
-from trainer.runtime import PlacementUnsatisfiable, actor_options, create_placed_actors
+from trainer.runtime.ray_placement import (
+    PlacementUnsatisfiable,
+    actor_options,
+    create_placed_actors,
+)
 
 PROBED = ("CUDA_VISIBLE_DEVICES", "ARMATURE_TEST_NODE", "ARMATURE_INTERPRETER")
 
@@ -39,55 +40,14 @@ class Probe:
         }
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_nodes():
     """Node rank -> Ray node id of a two-node cluster: node 0 with 2 fake GPUs, node 1 with 4."""
-    # A short private temp dir: Ray's socket paths must stay under the Unix limit.
-    tmp = tempfile.mkdtemp(prefix="armray-")
-    saved = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "RAY_AUTH_MODE")}
-    os.environ.update(RAY_TMPDIR=tmp, RAY_AUTH_MODE="disabled")
-    memory = 100 * 2**20
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "num_gpus": 2,
-            "labels": {NODE_RANK_LABEL: "0"},
-            "object_store_memory": memory,
-            "include_dashboard": False,
-            "gcs_server_port": free_port(),  # 6379 belongs to Redis here
-        },
-    )
-    try:
-        cluster.add_node(
-            num_cpus=2, num_gpus=4, labels={NODE_RANK_LABEL: "1"}, object_store_memory=memory
-        )
-        ray.init(address=cluster.address)
+    with labelled_ray_cluster(
+        [{"num_cpus": 2, "num_gpus": 2}, {"num_cpus": 2, "num_gpus": 4}]
+    ) as tmp:
         ids = {int(n["Labels"][NODE_RANK_LABEL]): n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        yield ids, Path(tmp)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        remove_ray_tmpdir(tmp)
-
-
-def remove_ray_tmpdir(path: str) -> None:
-    """Exiting Ray workers may still write logs for a moment after shutdown: retry briefly."""
-    deadline = time.monotonic() + 10
-    while os.path.exists(path) and time.monotonic() < deadline:
-        shutil.rmtree(path, ignore_errors=True)
-        time.sleep(0.2)
+        yield ids, tmp
 
 
 def interpreter_wrapper(directory: Path) -> str:
@@ -162,11 +122,12 @@ def test_every_actor_lands_on_its_node_with_exactly_its_env(ray_nodes):
                 "ARMATURE_INTERPRETER": "wrapper",
             },
         ),
-        ("agent", 0): (0, {"CUDA_VISIBLE_DEVICES": "", "ARMATURE_TEST_NODE": "zero"}),
+        # Placed per node: every GPU of the node, as RLinf does.
+        ("agent", 0): (0, {"CUDA_VISIBLE_DEVICES": "0,1", "ARMATURE_TEST_NODE": "zero"}),
         ("agent", 1): (
             1,
             {
-                "CUDA_VISIBLE_DEVICES": "",
+                "CUDA_VISIBLE_DEVICES": "0,1,2,3",
                 "ARMATURE_TEST_NODE": "one",
                 "ARMATURE_INTERPRETER": "wrapper",
             },
@@ -241,12 +202,13 @@ def test_actors_that_cannot_start_fail_within_the_timeout(ray_nodes):
             plan,
             constructor_args=lambda p: (p.component, p.process_rank),
             num_cpus=2,
-            timeout_s=3,
+            # Long enough for the first worker to start on a busy 2-core machine (~4 s).
+            timeout_s=10,
         )
     elapsed = time.monotonic() - start
-    assert 3 <= elapsed < 15
+    assert 10 <= elapsed < 25
     (problem,) = caught.value.problems
-    assert problem.startswith("1 actor(s) did not start within 3 s: agent[1] on node 0")
+    assert problem.startswith("1 actor(s) did not start within 10 s: agent[1] on node 0")
     assert "each requests num_cpus=2; node 0: 2 CPUs" in problem
     assert "all actors of this plan were stopped" in problem
     # The agent that did start was stopped too: node 0's CPUs are free again.

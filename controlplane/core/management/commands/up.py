@@ -14,13 +14,15 @@ from honcho.manager import Manager
 
 from controlplane.core.bootstrap import AdminAccount, ensure_admin, seed_demo
 from controlplane.core.stack import (
-    RAY_HEAD_ENV,
     RayHeadPorts,
     dashboard_url,
     ray_head_command,
+    ray_head_env,
     web_command,
+    web_port,
     worker_command,
 )
+from controlplane.env import persistent_secret
 from controlplane.runs.interruption import interrupt_active_runs
 
 # Ray puts unix sockets under its temp dir; their paths must stay under 107 bytes.
@@ -89,10 +91,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default=os.environ.get("ARMATURE_HOST", "127.0.0.1"))
         parser.add_argument(
-            "--port", type=int, default=int(os.environ.get("ARMATURE_PORT", "8000"))
+            "--port", type=int, default=None, help="default: ARMATURE_PORT, or 8000 if free"
         )
 
-    def handle(self, *args, host: str, port: int, **options) -> None:
+    def handle(self, *args, host: str, port: int | None, **options) -> None:
+        if port is None:
+            port = web_port(os.environ)
         call_command("migrate", interactive=False, verbosity=0)
         admin = ensure_admin()
         seed_demo(owner=None)
@@ -101,13 +105,15 @@ class Command(BaseCommand):
         ray_address = os.environ.get("RAY_ADDRESS")
         manager = StackManager(owns_ray_head=not ray_address)
         if not ray_address:
-            ports = RayHeadPorts(
-                gcs=int(os.environ.get("ARMATURE_RAY_PORT", "6390")),
-                dashboard=int(os.environ.get("ARMATURE_RAY_DASHBOARD_PORT", "8265")),
-            )
+            ports = RayHeadPorts.from_environment(os.environ)
             temp_dir = ray_temp_dir()
             temp_dir.mkdir(parents=True, exist_ok=True)
             ray_address = dashboard_url(ports)
+            # The head requires a token that only this user can read (var/, mode 0600).
+            token = settings.RAY_AUTH_TOKEN or persistent_secret(
+                settings.VAR_DIR / "ray_auth_token"
+            )
+            env["RAY_AUTH_TOKEN"] = settings.RAY_AUTH_TOKEN = token
             manager.add_process(
                 "ray",
                 shlex.join(ray_head_command(temp_dir, ports)),
@@ -115,7 +121,7 @@ class Command(BaseCommand):
                 # cannot place when the control plane gives up on them too.
                 env={
                     **os.environ,
-                    **RAY_HEAD_ENV,
+                    **ray_head_env(token),
                     "RAY_JOB_START_TIMEOUT_SECONDS": str(int(settings.ARMATURE_PENDING_TIMEOUT_S)),
                 },  # fmt: skip
             )

@@ -1,0 +1,191 @@
+"""What a run's page and the compare page show, read in one place for the views and the
+live socket alike."""
+
+from typing import Any
+
+import yaml
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from controlplane.access.doors import may
+from controlplane.runs import eval_tables
+from controlplane.runs.evaluations import evaluation_choices
+from controlplane.runs.forms import EvaluateForm
+from controlplane.runs.models import Run, RunEvent, RunState
+from trainer.cluster import ClusterConfigError, cluster_from_dict, resolve_placement
+
+EVENTS_SHOWN = 200  # the newest events on the page; all of them are in the API
+
+
+def run_controls(run: Run, user: AbstractBaseUser | AnonymousUser) -> dict[str, bool]:
+    """Which buttons the page shows: Stop while the run is active, Resume once it is
+    interrupted, each only to a role that may press it."""
+    return {
+        "can_stop": may(user, "run-stop", "POST") and run.is_active,
+        "can_resume": may(user, "run-resume", "POST") and run.state == RunState.INTERRUPTED,
+    }
+
+
+def eval_run_context(run: Run) -> dict[str, Any]:
+    """An eval run's part of its page: what it evaluates and its table once reported."""
+    table = eval_tables.table_of(run)
+    options = run.eval_options or {}
+    return {
+        "source": run.source_run,
+        "options": options,
+        "tasks_asked": ",".join(map(str, options.get("tasks") or [])),
+        "view": eval_tables.table_view(table) if table else None,
+    }
+
+
+def evaluations_context(
+    run: Run, user: AbstractBaseUser | AnonymousUser, form: EvaluateForm | None = None
+) -> dict[str, Any]:
+    """A training run's evaluations (with their averages, and side by side per
+    checkpoint) and the Evaluate form: shown to a role that may launch one, once the run
+    has a checkpoint."""
+    evaluations = eval_tables.evaluations_of(run)
+    choices = evaluation_choices(run) if may(user, "run-evaluate", "POST") else None
+    return {
+        "evaluations": evaluations,
+        "eval_tables": eval_tables.checkpoints_side_by_side(evaluations),
+        "eval_choices": choices,
+        "can_evaluate": bool(choices and choices.checkpoints),
+        "eval_form": form or EvaluateForm(),
+    }
+
+
+def recent_events(run: Run) -> list[RunEvent]:
+    """The newest events, oldest first."""
+    newest = run.events.order_by("-created_at", "-pk")[:EVENTS_SHOWN]
+    return list(reversed(newest))
+
+
+def where_it_runs(run: Run) -> list[dict[str, Any]]:
+    """Each process of the run as the plan places it and as it reported itself (the
+    newest `placed` event): component, rank, planned node and devices, reported node,
+    pid, devices seen, interpreter. Planned rows come from the frozen config's
+    `cluster:` section; without one, the run is one process on node 0."""
+    placed = run.events.filter(kind="placed").order_by("-created_at", "-pk").first()
+    reported = {
+        (p.get("component"), p.get("rank")): p
+        for p in (placed.data.get("processes", []) if placed else [])
+        if isinstance(p, dict)
+    }
+    planned = _planned_processes(run)
+    keys = list(planned) + [key for key in reported if key not in planned]
+    return [
+        {"component": key[0], "rank": key[1], "plan": planned.get(key), "seen": reported.get(key)}
+        for key in keys
+    ]
+
+
+def _planned_processes(run: Run) -> dict[tuple[str, int], dict[str, Any]]:
+    try:
+        config = yaml.safe_load(run.config_yaml) or {}
+        section = config.get("cluster")
+        if not section:
+            return {("actor", 0): {"node_rank": 0, "devices": ""}}
+        data = section.get("cluster", section)
+        plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))
+    except (yaml.YAMLError, AttributeError, TypeError, ValueError, ClusterConfigError):
+        return {}
+    return {
+        (p.component, p.process_rank): {
+            "node_rank": p.node_rank,
+            "devices": ",".join(map(str, p.visible_accelerators)),
+        }
+        for p in plan.processes
+    }
+
+
+def planning_horizons(run: Run) -> list[int]:
+    """The distinct horizons of the run's `rollout.action_horizons_pattern`, ascending
+    (the frozen config was validated at launch; [] when it has none)."""
+    try:
+        config = yaml.safe_load(run.config_yaml) or {}
+        pattern = (config.get("rollout") or {}).get("action_horizons_pattern") or []
+        return sorted({int(h) for h in pattern})
+    except (yaml.YAMLError, AttributeError, TypeError, ValueError):
+        return []
+
+
+def chart_context(run: Run) -> dict[str, Any]:
+    """What the page's charts script needs to start, as JSON for `json_script`."""
+    return {
+        "run": run.pk,
+        "label": run_label(run),
+        "horizons": planning_horizons(run),
+        "state": run.state,
+        "active": run.is_active,
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "progress_step": run.progress_step,
+        "progress_total": run.progress_total,
+    }
+
+
+def run_label(run: Run) -> str:
+    """How a legend names a run: "run 12 · demo r3"."""
+    return f"run {run.pk} · {run.experiment.name} r{run.revision.number}"
+
+
+class BadRunIds(ValueError):
+    """The compare page's `ids` do not name two or more existing runs."""
+
+
+MAX_COMPARED = 12
+
+
+def runs_to_compare(ids: str) -> list[Run]:
+    """The runs named by `ids` ("1,2,5"), in that order; raises BadRunIds naming what is
+    wrong (not numbers, unknown runs, fewer than two, too many)."""
+    parts = [part.strip() for part in ids.split(",") if part.strip()]
+    not_numbers = [part for part in parts if not part.isdigit()]
+    if not_numbers:
+        raise BadRunIds(f"not run ids: {', '.join(not_numbers)} (give numbers, e.g. ?ids=3,7)")
+    wanted = list(dict.fromkeys(int(part) for part in parts))
+    if len(wanted) < 2:
+        raise BadRunIds("choose at least two runs to compare (e.g. ?ids=3,7)")
+    if len(wanted) > MAX_COMPARED:
+        raise BadRunIds(f"at most {MAX_COMPARED} runs at once; {len(wanted)} were given")
+    found = Run.objects.select_related("experiment", "revision").in_bulk(wanted)
+    missing = [str(pk) for pk in wanted if pk not in found]
+    if missing:
+        raise BadRunIds(f"no such run: {', '.join(missing)}")
+    return [found[pk] for pk in wanted]
+
+
+def config_differences(runs: list[Run]) -> list[tuple[str, list[str]]]:
+    """The frozen config keys (dotted paths) whose values are not the same in every run,
+    with each run's value as YAML text ("—" where a run lacks the key)."""
+    flat = [_flatten(yaml.safe_load(run.config_yaml) or {}) for run in runs]
+    keys = sorted(set().union(*flat))
+    differing = []
+    for key in keys:
+        values = [one.get(key, _MISSING) for one in flat]
+        if any(value != values[0] for value in values):
+            differing.append((key, [_shown(value) for value in values]))
+    return differing
+
+
+_MISSING = object()
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def _shown(value: Any) -> str:
+    if value is _MISSING:
+        return "—"
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=10_000)
+        .strip()
+        .removesuffix("...")
+        .strip()
+    )

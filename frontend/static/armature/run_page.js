@@ -1,0 +1,319 @@
+// One run's page: live charts, the per-task heatmap and table, the summary strip.
+//
+// The page's socket (/ws/runs/<id>/, opened by htmx's ws extension for the header and
+// events) also carries JSON frames: {"type": "metrics", step, time, values} and
+// {"type": "progress", step, total}. This script takes them before htmx does.
+//
+// No gap, no duplicate: at load and after every (re)connect the page fetches what is
+// stored after the last step it holds, and pushes that arrive meanwhile wait in a buffer;
+// once the fetch is in, buffered pushes at or below the fetched last step are dropped and
+// the rest applied. A push that skips a step (the channel layer dropped some) triggers
+// the same catch-up.
+"use strict";
+
+(() => {
+  const contextElement = document.getElementById("run-chart-context");
+  if (!contextElement) return;
+  const context = JSON.parse(contextElement.textContent);
+  const { RunSeries, MetricChart, PALETTE, DASHES, formatNumber, formatDuration, throttled } = ArmatureCharts;
+
+  const SUCCESS = "rollout/success_rate";
+  const HORIZON_KEY = /^rollout\/plan_success_rate_h(\d+)$/;
+  const TASK_KEY = /^rollout\/success_rate_task_/;
+  const PATTERNS = [
+    SUCCESS, "rollout/plan_success_rate_h*", "rollout/episode_return",
+    "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
+    "losses/clip_fraction", "charts/SPS", "charts/iteration_seconds",
+    "charts/learning_rate", "charts/env_steps",
+  ];
+  const view = { xMode: "step", smoothing: 0 };
+  let store = new RunSeries(context.run, PATTERNS, view.xMode);
+
+  // ----- charts ----------------------------------------------------------------------
+  function horizons() {
+    const found = new Set(context.horizons);
+    for (const key of store.keys.keys()) {
+      const m = HORIZON_KEY.exec(key);
+      if (m) found.add(Number(m[1]));
+    }
+    return [...found].sort((a, b) => a - b);
+  }
+  const line = (key, label, i, extra = {}) => ({ store, key, label, color: PALETTE[i % PALETTE.length], dash: [], ...extra });
+  const SPECS = [
+    { name: "success_horizon", title: "Success rate per planning horizon", yRange: [0, 1],
+      linesFor: () => horizons().map((h, i) => line(`rollout/plan_success_rate_h${h}`, `h${h}`, i)) },
+    { name: "success", title: "Success rate", yRange: [0, 1], linesFor: () => [line(SUCCESS, "success", 0)] },
+    { name: "return", title: "Episode return", linesFor: () => [line("rollout/episode_return", "return", 2)] },
+    { name: "loss", title: "Policy and value loss", linesFor: () => [
+      line("losses/policy_loss", "policy loss", 0), line("losses/value_loss", "value loss", 1, { scale: "value" })] },
+    { name: "entropy", title: "Entropy", linesFor: () => [line("losses/entropy", "entropy", 4)] },
+    { name: "kl", title: "Approximate KL", linesFor: () => [line("losses/approx_kl", "KL", 3)] },
+    { name: "clip", title: "Clip fraction", linesFor: () => [line("losses/clip_fraction", "clip fraction", 6)] },
+    { name: "throughput", title: "Throughput", linesFor: () => [
+      line("charts/SPS", "env steps/s", 5), line("charts/iteration_seconds", "iteration s", 7, { scale: "seconds" })] },
+    { name: "learning_rate", title: "Learning rate", linesFor: () => [line("charts/learning_rate", "learning rate", 8)] },
+  ];
+  const charts = SPECS.map((spec) => {
+    const box = document.createElement("figure");
+    box.className = "chart";
+    box.dataset.chart = spec.name;
+    box.innerHTML = `<figcaption>${spec.title}</figcaption><div class="plot"></div>`;
+    document.getElementById("run-charts").appendChild(box);
+    return new MetricChart(box.querySelector(".plot"), spec, view);
+  });
+  const redraw = throttled(() => {
+    for (const chart of charts) chart.render();
+    updateSummary();
+  }, 25);
+  window.addEventListener("resize", throttled(() => {
+    charts.forEach((c) => c.resize());
+    if (taskData) drawHeatmap();
+  }, 200));
+
+  // ----- catching up, then live --------------------------------------------------------
+  let syncing = null; // the running catch-up, if any
+  let syncAgain = false; // a reconnect happened while it ran: its snapshot may be too early
+  let buffered = [];
+
+  function requestSync() {
+    if (syncing) { syncAgain = true; return; }
+    syncing = (async () => {
+      do {
+        syncAgain = false;
+        try {
+          await store.fetchMissing();
+          chartStatus("");
+        } catch (error) {
+          chartStatus(`${error.message}; retrying…`);
+          await new Promise((resolve) => setTimeout(resolve, 2000));
+          syncAgain = true;
+        }
+      } while (syncAgain);
+      const waiting = buffered;
+      buffered = [];
+      syncing = null;
+      for (const message of waiting) applyMetrics(message);
+      redraw();
+    })();
+  }
+
+  function chartStatus(text) {
+    const element = document.getElementById("charts-status");
+    element.textContent = text;
+    element.hidden = !text;
+  }
+
+  function applyMetrics(message) {
+    if (syncing) { buffered.push(message); return; }
+    if (store.loaded && message.step > store.lastStep + 1) { // missed some: catch up first
+      buffered.push(message);
+      requestSync();
+      return;
+    }
+    store.addPush(message);
+    if (Object.keys(message.values).some((k) => TASK_KEY.test(k))) refreshTasks();
+    redraw();
+  }
+
+  function onFrame(frame) {
+    if (frame.type === "metrics") applyMetrics(frame);
+    else if (frame.type === "progress") { progress = { step: frame.step, total: frame.total }; updateSummary(); }
+  }
+
+  const socketElement = document.querySelector("[ws-connect]");
+  socketElement.addEventListener("htmx:wsBeforeMessage", (event) => {
+    const text = event.detail.message;
+    if (typeof text !== "string" || text[0] !== "{") return; // an htmx fragment
+    event.preventDefault();
+    onFrame(JSON.parse(text));
+  });
+  socketElement.addEventListener("htmx:wsOpen", () => { requestSync(); refreshTasks(); });
+  socketElement.addEventListener("htmx:wsAfterMessage", () => updateSummary());
+
+  ArmatureCharts.bindControls(document.getElementById("chart-controls"), view, (what) => {
+    if (what === "x") { // other x values: fetch everything again in the new unit
+      store = new RunSeries(context.run, PATTERNS, view.xMode);
+      buffered = [];
+      requestSync();
+    }
+    redraw();
+  });
+
+  // ----- summary strip -----------------------------------------------------------------
+  const clockOffset = Date.parse(context.now) - Date.now(); // server clock minus ours
+  let progress = { step: context.progress_step, total: context.progress_total };
+  let latest = {}; // key -> value, from /latest, then from pushes
+
+  function header() { return document.getElementById("run-header")?.dataset || {}; }
+
+  function updateSummary() {
+    const h = header();
+    const step = Math.max(progress.step || 0, Number(h.step || 0));
+    const total = Math.max(progress.total || 0, Number(h.total || 0));
+    const started = h.startedAt ? Date.parse(h.startedAt) : null;
+    const finished = h.finishedAt ? Date.parse(h.finishedAt) : null;
+    const now = Date.now() + clockOffset;
+    const elapsed = started ? ((finished || now) - started) / 1000 : null;
+    const active = h.active === "true";
+    const success = store.latest(SUCCESS) ?? latest[SUCCESS];
+    const envSteps = store.latest("charts/env_steps") ?? latest["charts/env_steps"];
+    let eta = "—";
+    if (active && elapsed && step > 0 && total > step) eta = formatDuration((elapsed / step) * (total - step));
+    else if (!active && h.state === "succeeded") eta = "done";
+    set("state", h.state || context.state);
+    set("elapsed", formatDuration(elapsed));
+    set("iteration", total ? `${step} / ${total}` : String(step || "—"));
+    set("success", success == null ? "—" : formatNumber(success));
+    set("env-steps", envSteps == null ? "—" : Math.round(envSteps).toLocaleString("en"));
+    set("eta", eta);
+  }
+  function set(field, text) {
+    const element = document.querySelector(`#run-summary [data-field="${field}"]`);
+    if (element && element.textContent !== text) element.textContent = text;
+  }
+  setInterval(updateSummary, 1000);
+
+  async function loadLatest() {
+    const reply = await fetch(`/api/v1/runs/${context.run}/latest`, { credentials: "same-origin" })
+      .catch(() => null); // the summary fills in from pushes anyway
+    if (!reply || !reply.ok) return;
+    const body = await reply.json();
+    for (const [key, point] of Object.entries(body.values || {})) latest[key] = point.value;
+    updateSummary();
+  }
+
+  // ----- per-task success: heatmap and table -------------------------------------------
+  const TASK_BUCKETS = 200;
+  let tasksLoading = false, tasksAgain = false;
+  let taskSort = { column: "task", descending: false };
+  let taskData = null;
+
+  const refreshTasks = throttled(async () => {
+    if (tasksLoading) { tasksAgain = true; return; }
+    tasksLoading = true;
+    try {
+      const reply = await fetch(`/api/v1/runs/${context.run}/success?buckets=${TASK_BUCKETS}`, { credentials: "same-origin" });
+      if (reply.ok) { taskData = await reply.json(); drawHeatmap(); drawTaskTable(); }
+    } catch (error) { // the server is away: the next reconnect or push asks again
+      console.warn(error);
+    } finally {
+      tasksLoading = false;
+      if (tasksAgain) { tasksAgain = false; refreshTasks(); }
+    }
+  }, 300);
+
+  function taskIds() {
+    return Object.keys(taskData?.tasks || {}).sort((a, b) => Number(a) - Number(b) || a.localeCompare(b));
+  }
+
+  function rateColour(rate) { // red (0) → amber → green (1)
+    const hue = Math.max(0, Math.min(1, rate)) * 120;
+    return `hsl(${hue}, 65%, 48%)`;
+  }
+
+  function drawHeatmap() {
+    const canvas = document.getElementById("task-heatmap");
+    const tasks = taskIds();
+    const empty = document.getElementById("tasks-empty");
+    empty.hidden = tasks.length > 0;
+    canvas.hidden = tasks.length === 0;
+    if (!tasks.length) return;
+    const label = 64, rowHeight = 22, top = 4;
+    const width = Math.max(300, canvas.parentElement.clientWidth); // its box has no padding
+    const ratio = window.devicePixelRatio || 1;
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${top + rowHeight * tasks.length + 18}px`;
+    canvas.width = width * ratio;
+    canvas.height = (top + rowHeight * tasks.length + 18) * ratio;
+    const g = canvas.getContext("2d");
+    g.scale(ratio, ratio);
+    g.font = "12px system-ui, sans-serif";
+    let lo = Infinity, hi = -Infinity;
+    for (const t of tasks) for (const x of taskData.tasks[t].x) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+    const span = Math.max(1, hi - lo + 1);
+    // One cell per bucket: a step wide while the server sends every point, the
+    // bucket's share of the steps once it downsamples.
+    const stepsPerCell = Math.max(1, Math.ceil(span / TASK_BUCKETS));
+    const plotWidth = width - label - 8;
+    const cells = [];
+    tasks.forEach((task, row) => {
+      const s = taskData.tasks[task];
+      const y = top + row * rowHeight;
+      g.fillStyle = "#6b7383";
+      g.fillText(`task ${task}`, 4, y + 15);
+      g.fillStyle = "#f1f3f6";
+      g.fillRect(label, y, plotWidth, rowHeight - 3);
+      s.x.forEach((step, i) => {
+        const x0 = label + (Math.max(0, step - stepsPerCell + 1 - lo) / span) * plotWidth;
+        const w = Math.max(2, (stepsPerCell / span) * plotWidth);
+        g.fillStyle = rateColour(s.rate[i]);
+        g.fillRect(x0, y, w, rowHeight - 3);
+        cells.push({ x0, x1: x0 + w, y0: y, y1: y + rowHeight, task, step, rate: s.rate[i],
+          successes: s.successes[i], episodes: s.episodes[i] });
+      });
+    });
+    g.fillStyle = "#6b7383";
+    g.fillText(`iteration ${lo}`, label, top + rowHeight * tasks.length + 14);
+    const end = `${hi}`;
+    g.fillText(end, width - 8 - g.measureText(end).width, top + rowHeight * tasks.length + 14);
+    canvas.cells = cells;
+  }
+
+  document.getElementById("task-heatmap").addEventListener("mousemove", (event) => {
+    const canvas = event.currentTarget;
+    const box = canvas.getBoundingClientRect();
+    const x = event.clientX - box.left, y = event.clientY - box.top;
+    const cell = (canvas.cells || []).find((c) => x >= c.x0 && x < c.x1 && y >= c.y0 && y < c.y1);
+    canvas.title = cell ? `task ${cell.task} · iteration ${cell.step} · ${formatNumber(cell.rate)} (${cell.successes}/${cell.episodes})` : "";
+  });
+
+  function taskRows() {
+    const rows = (taskData?.table || []).map((row) => ({ ...row }));
+    const key = taskSort.column;
+    const value = (row) => (key.startsWith("h") ? row.horizons?.[key.slice(1)] : row[key]);
+    rows.sort((a, b) => {
+      const va = value(a), vb = value(b);
+      const na = Number(va), nb = Number(vb);
+      const order = va == null ? 1 : vb == null ? -1 : (Number.isFinite(na) && Number.isFinite(nb) ? na - nb : String(va).localeCompare(String(vb)));
+      return taskSort.descending ? -order : order;
+    });
+    return rows;
+  }
+
+  function drawTaskTable() {
+    const table = document.getElementById("task-table");
+    const horizonsSeen = new Set();
+    for (const row of taskData?.table || []) for (const h of Object.keys(row.horizons || {})) horizonsSeen.add(h);
+    const hs = [...horizonsSeen].sort((a, b) => Number(a) - Number(b));
+    const columns = [["task", "Task"], ["step", "Iteration"], ["rate", "Success"],
+      ["successes", "Successes"], ["episodes", "Episodes"], ...hs.map((h) => [`h${h}`, `h${h}`])];
+    const arrow = (c) => (taskSort.column === c ? (taskSort.descending ? " ▼" : " ▲") : "");
+    const head = columns.map(([c, title]) =>
+      `<th scope="col" aria-sort="${taskSort.column === c ? (taskSort.descending ? "descending" : "ascending") : "none"}"><button type="button" class="sort" data-column="${c}">${title}${arrow(c)}</button></th>`).join("");
+    const body = taskRows().map((row) => {
+      const cells = columns.map(([c]) => {
+        const v = c.startsWith("h") ? row.horizons?.[c.slice(1)] : row[c];
+        const shown = c === "task" ? `task ${v}` : (c === "rate" || c.startsWith("h")) ? formatNumber(v) : (v ?? "—");
+        const swatch = (c === "rate" || c.startsWith("h")) && v != null ? ` style="background:${rateColour(v).replace("48%)", "90%)")}"` : "";
+        return `<td data-column="${c}" data-value="${v ?? ""}"${swatch}>${shown}</td>`;
+      }).join("");
+      return `<tr data-task="${row.task}">${cells}</tr>`;
+    }).join("");
+    table.innerHTML = `<thead><tr>${head}</tr></thead><tbody>${body}</tbody>`;
+  }
+
+  document.getElementById("task-table").addEventListener("click", (event) => {
+    const button = event.target.closest("button.sort");
+    if (!button) return;
+    const column = button.dataset.column;
+    taskSort = { column, descending: taskSort.column === column ? !taskSort.descending : column !== "task" };
+    drawTaskTable();
+  });
+
+  // ----- start ---------------------------------------------------------------------------
+  window.armatureRun = { store: () => store, view }; // for the browser tests
+  requestSync();
+  refreshTasks();
+  loadLatest();
+  updateSummary();
+})();

@@ -1,0 +1,309 @@
+"""In Chromium: a run page fed by a real trainer link (the link client of trainer/link,
+talking to a live daphne). The assertions read what the charts draw
+(window.armatureCharts[name].data), not only what the DOM holds."""
+
+import re
+import threading
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from playwright.sync_api import expect
+
+from controlplane.runs.models import Run, RunState
+from controlplane.runs.tokens import make_run_token
+from tests.processes import wait_until
+from tests.runs import submitted_run
+from trainer.link import TrainerLink
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+HORIZONS = (5, 10, 15)
+TASKS = (0, 1, 2)
+TOTAL = 40
+
+# What a chart draws, per line: the x values that have a y value, and those y values.
+DRAWN = """name => {
+  const chart = window.armatureCharts && window.armatureCharts[name];
+  if (!chart || !chart.armature) return null;
+  const out = {};
+  for (const line of chart.armature.lines) {
+    const xs = [], ys = [];
+    chart.data[0].forEach((x, i) => {
+      const y = chart.data[line.mean][i];
+      if (y != null) { xs.push(x); ys.push(y); }
+    });
+    out[line.label] = {x: xs, y: ys, max: chart.data[line.max].filter(v => v != null)};
+  }
+  return out;
+}"""
+
+
+def iteration(step: int) -> dict[str, float]:
+    """One iteration's metrics as the runner reports them: horizon h succeeds at a rate
+    that grows with the step, one task per iteration in turn (with its counts)."""
+    task = TASKS[step % len(TASKS)]
+    values = {
+        "rollout/success_rate": min(1.0, step / TOTAL),
+        "rollout/episode_return": step * 2.0,
+        "losses/policy_loss": 1.0 / step,
+        "losses/value_loss": 2.0 / step,
+        "losses/entropy": 1.5,
+        "losses/approx_kl": 0.01,
+        "losses/clip_fraction": 0.1,
+        "charts/SPS": 1000.0 + step,
+        "charts/iteration_seconds": 0.5,
+        "charts/env_steps": 640.0 * step,
+        "charts/learning_rate": 1e-3,
+        f"rollout/success_rate_task_{task}": (step % 4) / 4,
+    }
+    for h in HORIZONS:
+        values[f"rollout/plan_success_rate_h{h}"] = round(min(1.0, step * h / 600), 4)
+    # The summable counts the per-task table is derived from: 4 episodes per horizon.
+    won = {h: (step + h) % 5 for h in HORIZONS}  # of 4 (5 → all 4)
+    won = {h: min(4, w) for h, w in won.items()}
+    for h in HORIZONS:
+        values[f"counts/task{task}/h{h}/episodes"] = 4.0
+        values[f"counts/task{task}/h{h}/successes"] = float(won[h])
+    values[f"counts/task{task}/episodes"] = 4.0 * len(HORIZONS)
+    values[f"counts/task{task}/successes"] = float(sum(won.values()))
+    return values
+
+
+class Feeder:
+    """A trainer that is nothing but its link: reports iterations when told."""
+
+    def __init__(self, url: str, run: Run):
+        self.run = run
+        self.link = TrainerLink(url, run.pk, make_run_token(run.pk))
+        self.step = 0
+        self.link.event("started")
+
+    def iterations(self, count: int, pause: float = 0.0) -> None:
+        for _ in range(count):
+            self.step += 1
+            self.link.metrics(self.step, iteration(self.step))
+            self.link.progress(self.step, TOTAL)
+            if pause:
+                time.sleep(pause)
+
+    def settled(self) -> None:
+        wait_until(lambda: self.link.pending() == 0, 30, "the link's acknowledgements")
+
+    def finish(self) -> None:
+        self.link.event("finished", {"summary": iteration(self.step)})
+        self.link.close(timeout=30)  # the control plane closes a finished run's link itself
+        finished = Run.objects.filter(pk=self.run.pk, state=RunState.SUCCEEDED)
+        wait_until(finished.exists, 30, "the run to succeed")
+
+
+def make_run(name: str) -> Run:
+    return submitted_run(name)
+
+
+@pytest.fixture
+def page(browser, web):
+    user = get_user_model().objects.create_user("rita", password="pw-for-tests")
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(web.url + "/login/")
+    page.get_by_label("Username").fill("rita")
+    page.get_by_label("Password").fill("pw-for-tests")
+    page.get_by_role("button", name="Log in").click()
+    page.web = web
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+def drawn(page, chart: str) -> dict | None:
+    return page.evaluate(DRAWN, chart)
+
+
+def wait_drawn(page, chart: str, check, what: str) -> dict:
+    """Poll the chart's data until `check(lines)` holds (the page redraws as points come)."""
+    seen: dict = {}
+
+    def ok() -> bool:
+        nonlocal seen
+        seen = drawn(page, chart) or {}
+        return bool(seen) and check(seen)
+
+    try:
+        wait_until(ok, 30, what)
+    except Exception as error:
+        raise AssertionError(f"{what}: the chart draws {seen}") from error
+    return seen
+
+
+def steps_up_to(n: int) -> list[int]:
+    return list(range(1, n + 1))
+
+
+def test_a_streaming_run_updates_charts_tasks_and_summary(page):
+    run = make_run("stream")
+    feeder = Feeder(page.web.url, run)
+    feeder.iterations(3)
+    feeder.settled()
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    expect(page.locator("[ws-connect] .live-dot.on")).to_be_visible(timeout=15_000)
+    lines = wait_drawn(
+        page, "success_horizon", lambda d: all(d.get(f"h{h}", {}).get("x") == [1, 2, 3]
+                                                for h in HORIZONS), "the stored points",
+    )  # fmt: skip
+    assert list(lines) == ["h5", "h10", "h15"]  # one line per horizon of the pattern
+
+    feeder.iterations(5)  # live, while the page is open
+    lines = wait_drawn(
+        page, "success_horizon", lambda d: d["h15"]["x"] == steps_up_to(8), "the pushed points"
+    )
+    for h in HORIZONS:
+        assert lines[f"h{h}"]["y"] == [iteration(s)[f"rollout/plan_success_rate_h{h}"]
+                                      for s in steps_up_to(8)]  # fmt: skip
+    success = wait_drawn(page, "success", lambda d: d["success"]["x"] == steps_up_to(8), "success")
+    assert success["success"]["y"][-1] == pytest.approx(8 / TOTAL)
+    losses = drawn(page, "loss")
+    assert losses["policy loss"]["y"] == pytest.approx([1 / s for s in steps_up_to(8)])
+
+    summary = page.locator("#run-summary")
+    expect(summary.locator('[data-field="state"]')).to_have_text("running", timeout=15_000)
+    expect(summary.locator('[data-field="iteration"]')).to_have_text(f"8 / {TOTAL}", timeout=15_000)
+    expect(summary.locator('[data-field="success"]')).to_have_text(str(8 / TOTAL), timeout=15_000)
+    expect(summary.locator('[data-field="env-steps"]')).to_have_text(f"{640 * 8:,}", timeout=15_000)
+    expect(summary.locator('[data-field="elapsed"]')).to_have_text(re.compile(r"^\d+:\d\d$"))
+    expect(summary.locator('[data-field="eta"]')).not_to_have_text("—")
+
+    # Per task: the table has one row per task the run trained on, with its latest rate.
+    table = page.locator("#task-table")
+    expect(table.locator("tbody tr")).to_have_count(len(TASKS), timeout=15_000)
+    for task in TASKS:
+        last = max(s for s in steps_up_to(8) if TASKS[s % len(TASKS)] == task)
+        row = table.locator(f'tbody tr[data-task="{task}"]')
+        expect(row.locator('td[data-column="step"]')).to_have_text(str(last), timeout=15_000)
+        values = iteration(last)  # rates from the summed counts, per horizon too
+        episodes = values[f"counts/task{task}/episodes"]
+        expect(row.locator('td[data-column="episodes"]')).to_have_text(str(int(episodes)))
+        rate = values[f"counts/task{task}/successes"] / episodes
+        expect(row.locator('td[data-column="rate"]')).to_have_attribute("data-value", str(rate))
+        for h in HORIZONS:
+            won = values[f"counts/task{task}/h{h}/successes"] / 4
+            expect(row.locator(f'td[data-column="h{h}"]')).to_have_attribute("data-value", str(won))
+    expect(page.locator("#task-heatmap")).to_be_visible()
+    table.get_by_role("button", name="Success", exact=True).click()  # sorts by the latest rate
+    rates = [float(v) for v in table.locator('tbody td[data-column="rate"]').evaluate_all(
+        "cells => cells.map(c => c.dataset.value)")]  # fmt: skip
+    assert rates == sorted(rates, reverse=True)
+
+    expect(page.locator("#run-events li[data-kind=started]")).to_have_count(1)
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    feeder.finish()  # the state changes on the page without a reload
+    expect(page.locator("#run-header")).to_have_attribute("data-state", "succeeded", timeout=15_000)
+    expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+    expect(page.locator("#run-events li[data-kind=finished]")).to_have_count(1, timeout=15_000)
+    page.screenshot(path=str(page.web.log_dir / "run-page.png"), full_page=True)
+
+
+def test_a_reload_mid_run_leaves_no_gap_and_no_duplicate(page):
+    run = make_run("reload")
+    feeder = Feeder(page.web.url, run)
+    feeder.iterations(5)
+    feeder.settled()
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    wait_drawn(page, "success", lambda d: d["success"]["x"] == steps_up_to(5), "first points")
+    streaming = threading.Thread(target=feeder.iterations, args=(30, 0.03))
+    streaming.start()  # points keep coming while the page reloads, twice
+    try:
+        time.sleep(0.2)
+        page.reload()
+        time.sleep(0.3)
+        page.reload()
+    finally:
+        streaming.join()
+    feeder.settled()
+    for chart, label in (("success", "success"), ("success_horizon", "h10"), ("kl", "KL")):
+        lines = wait_drawn(
+            page, chart, lambda d, label=label: d[label]["x"][-1:] == [35], f"{chart} to step 35"
+        )
+        assert lines[label]["x"] == steps_up_to(35), f"{chart} has a gap or a duplicate"
+    feeder.finish()
+
+
+def test_after_the_socket_drops_the_page_fetches_what_it_missed(page):
+    run = make_run("reconnect")
+    feeder = Feeder(page.web.url, run)
+    feeder.iterations(5)
+    feeder.settled()
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    live = page.locator("[ws-connect] .live-dot")
+    expect(live).to_have_class(re.compile(r"\bon\b"), timeout=15_000)
+    wait_drawn(page, "success", lambda d: d["success"]["x"] == steps_up_to(5), "first points")
+    page.web.close()  # the web server goes away: the page's socket and the link drop
+    expect(live).not_to_have_class(re.compile(r"\bon\b"), timeout=15_000)
+    feeder.iterations(10)  # the trainer goes on; its link keeps these until acked
+    page.web.start_web()  # same address: both reconnect by themselves
+    feeder.settled()
+    feeder.iterations(5)  # and new points are pushed again
+    expect(live).to_have_class(re.compile(r"\bon\b"), timeout=60_000)
+    for chart, label in (("success", "success"), ("success_horizon", "h5")):
+        lines = wait_drawn(
+            page, chart, lambda d, label=label: d[label]["x"][-1:] == [20], f"{chart} to step 20"
+        )
+        assert lines[label]["x"] == steps_up_to(20), f"{chart} has a gap or a duplicate"
+    feeder.finish()
+
+
+def test_compare_overlays_two_runs_per_horizon(page):
+    first, second = make_run("compare-a"), make_run("compare-b")
+    for run, count in ((first, 6), (second, 4)):
+        feeder = Feeder(page.web.url, run)
+        feeder.iterations(count)
+        feeder.finish()
+    page.goto(f"{page.web.url}/runs/compare/?ids={first.pk},{second.pk}")
+    a, b = f"run {first.pk} · compare-a r1", f"run {second.pk} · compare-b r1"
+    success = wait_drawn(page, "compare_success", lambda d: len(d) == 2, "two runs")
+    assert success[a]["x"] == steps_up_to(6) and success[b]["x"] == steps_up_to(4)
+    assert success[b]["y"] == pytest.approx([s / TOTAL for s in steps_up_to(4)])
+    horizons = drawn(page, "compare_success_horizon")
+    assert sorted(horizons) == sorted(f"{label} h{h}" for label in (a, b) for h in HORIZONS)
+    assert horizons[f"{a} h5"]["x"] == steps_up_to(6)
+    expect(page.locator("#compare-legend li")).to_have_text([f"{a} succeeded", f"{b} succeeded"])
+    page.locator("#compare-metrics").get_by_label("Episode return").uncheck()
+    expect(page.locator('figure[data-chart="compare_return"]')).to_be_hidden()
+    expect(page.locator('figure[data-chart="compare_success"]')).to_be_visible()
+    page.screenshot(path=str(page.web.log_dir / "compare.png"), full_page=True)
+
+    page.goto(f"{page.web.url}/runs/compare/?ids={first.pk},424242")
+    expect(page.get_by_role("alert")).to_contain_text("no such run: 424242")
+
+
+def test_a_finished_run_renders_its_stored_charts(page):
+    run = make_run("finished")
+    feeder = Feeder(page.web.url, run)
+    feeder.iterations(12)
+    feeder.finish()
+    assert Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    lines = wait_drawn(
+        page, "success_horizon", lambda d: d["h5"]["x"] == steps_up_to(12), "stored points"
+    )
+    assert lines["h15"]["y"][-1] == iteration(12)["rollout/plan_success_rate_h15"]
+    throughput = drawn(page, "throughput")
+    assert throughput["env steps/s"]["x"] == steps_up_to(12)
+    assert throughput["iteration s"]["y"] == [0.5] * 12
+    summary = page.locator("#run-summary")
+    expect(summary.locator('[data-field="state"]')).to_have_text("succeeded")
+    expect(summary.locator('[data-field="iteration"]')).to_have_text(f"12 / {TOTAL}")
+    expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+    page.get_by_label("x axis").select_option("env_steps")
+    wait_drawn(
+        page, "success", lambda d: d["success"]["x"] == [640.0 * s for s in steps_up_to(12)],
+        "env steps on the x axis",
+    )  # fmt: skip
+    page.get_by_label("smoothing").fill("0.9")
+    smoothed = wait_drawn(
+        page, "success", lambda d: d["success"]["y"][-1] < 12 / TOTAL, "the smoothed line"
+    )
+    assert smoothed["success"]["max"][-1] == pytest.approx(12 / TOTAL)  # the raw band stays

@@ -1,0 +1,28 @@
+"""Runs for tests, made the way the app stores them: an experiment of the built-in PPO
+example and a run of its latest revision, queued as a launch leaves it or already
+submitting, as a trainer meets it."""
+
+from django.conf import settings
+
+from controlplane.experiments.models import Experiment
+from controlplane.experiments.services import create_experiment
+from controlplane.runs.models import Run, RunState
+from controlplane.runs.state import transition
+
+CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
+
+
+def queued_run(experiment: str | Experiment) -> Run:
+    """A queued run of `experiment` (created with the example config when named)."""
+    if isinstance(experiment, str):
+        experiment = create_experiment(experiment, CONFIG)
+    return Run.objects.create(
+        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
+    )
+
+
+def submitted_run(experiment: str | Experiment) -> Run:
+    run = queued_run(experiment)
+    transition(run.pk, RunState.SUBMITTING)
+    run.refresh_from_db()
+    return run

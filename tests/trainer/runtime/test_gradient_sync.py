@@ -1,0 +1,136 @@
+"""Actor ranks train through torch.distributed (gloo, real processes): after each update
+every rank holds the same parameters, equal to one process training on all the rows;
+a rank without a task joins with nothing and shrinks nobody's step; counts are summed
+across ranks, keys only some ranks have included; the early stop is one decision."""
+
+import socket
+from collections import Counter
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from trainer.algorithms import PPO, OnPolicySettings
+from trainer.data.rollout_storage import empty_training_samples
+from trainer.models import GaussianChunkPolicy, build_encoder
+from trainer.runtime.collective import TorchCollective
+
+OBS, CHUNK, ACTIONS, HORIZON = 6, 2, 3, 4
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_algorithm(**settings) -> PPO:
+    torch.manual_seed(0)
+    policy = GaussianChunkPolicy(build_encoder("mlp", (OBS,), (8,)), ACTIONS, ACTIONS, HORIZON)
+    base = dict(update_epochs=1, num_minibatches=1, normalize_advantages=False)
+    return PPO(policy, None, OnPolicySettings(**{**base, **settings}), chunk=CHUNK)
+
+
+def rows(algorithm: PPO, count: int, seed: int) -> dict[str, torch.Tensor]:
+    if count == 0:
+        return empty_training_samples((OBS,), CHUNK, ACTIONS)
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.randn(count, OBS, generator=gen)
+    samples = {
+        "obs": obs,
+        "plan_obs": obs,
+        "actions": torch.randn(count, CHUNK, ACTIONS, generator=gen),
+        "chunk_offset": torch.zeros(count, dtype=torch.long),
+        "plan_horizon": torch.full((count,), HORIZON, dtype=torch.long),
+        "value": torch.zeros(count),
+        "returns": torch.zeros(count),
+        "advantage": torch.randn(count, generator=gen) + 1.0,
+        "weight": torch.ones(count),
+    }
+    with torch.no_grad():
+        samples["log_prob"], _ = algorithm.policy.chunk_log_prob(
+            obs, samples["plan_horizon"], samples["chunk_offset"], samples["actions"]
+        )
+    return samples
+
+
+def concat(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+
+
+# Every scenario in one pair of processes: starting one costs seconds (torch imports).
+SCENARIOS = {
+    "epochs": ([12, 20], {"num_minibatches": 2, "update_epochs": 2}),
+    "one step": ([12, 20], {}),
+    "idle": ([0, 16], {}),
+    "kl stop": ([0, 16], {"update_epochs": 3, "target_kl": 0.0}),
+}
+
+
+def _rank(rank, world, port, out):
+    collective = TorchCollective(rank, world, "127.0.0.1", port, timeout_s=60)
+    try:
+        for name, (counts_per_rank, settings) in SCENARIOS.items():
+            algorithm = make_algorithm(**settings)
+            algorithm.collective = collective
+            # Ranks seeded differently start with different weights: rank 0's win.
+            torch.manual_seed(100 + rank)
+            for p in algorithm.policy.parameters():
+                p.data.add_(torch.randn_like(p) * rank)
+            collective.broadcast_module(algorithm.policy)
+            stats = algorithm.update_rows(rows(algorithm, counts_per_rank[rank], seed=rank))
+            counts = Counter({f"task{rank}_episodes": 2.0, "episodes": 2.0})
+            out[(name, rank)] = {
+                "params": [p.detach().clone() for p in algorithm.policy.parameters()],
+                "stats": stats,
+                "counts": dict(collective.sum_counts(counts)),
+            }
+    finally:
+        collective.close()
+
+
+@pytest.fixture(scope="module")
+def ranks() -> dict:
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_rank, args=(2, free_port(), out), nprocs=2, join=True)
+        results = dict(out)
+    return {name: [results[(name, 0)], results[(name, 1)]] for name in SCENARIOS}
+
+
+def single_process(counts_per_rank: list[int], **settings) -> list[torch.Tensor]:
+    algorithm = make_algorithm(**settings)
+    parts = [rows(algorithm, count, seed=rank) for rank, count in enumerate(counts_per_rank)]
+    algorithm.update_rows(concat([p for p in parts if p["weight"].numel()]))
+    return [p.detach().clone() for p in algorithm.policy.parameters()]
+
+
+def assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.timeout(180)
+def test_two_ranks_end_identical_and_equal_to_one_process_on_all_rows(ranks):
+    first, second = ranks["epochs"]
+    assert all(torch.equal(a, b) for a, b in zip(first["params"], second["params"], strict=True))
+    # Minibatches are drawn per rank, so compare one full-batch step with one process.
+    first, second = ranks["one step"]
+    assert_same(first["params"], single_process([12, 20]))
+    assert first["counts"] == {"episodes": 4.0, "task0_episodes": 2.0, "task1_episodes": 2.0}
+
+
+def test_a_rank_without_a_task_joins_with_nothing_and_shrinks_no_step(ranks):
+    idle, busy = ranks["idle"]
+    assert all(torch.equal(a, b) for a, b in zip(idle["params"], busy["params"], strict=True))
+    assert_same(idle["params"], single_process([0, 16]))
+    assert idle["stats"]["losses/updates"] == 1.0
+
+
+def test_the_kl_early_stop_is_one_decision_over_every_rank(ranks):
+    # target_kl 0: after the first epoch the KL over every rank's rows is > 0, so both
+    # ranks stop there, the idle one (whose own rows say nothing) included.
+    idle, busy = ranks["kl stop"]
+    assert idle["stats"]["losses/updates"] == busy["stats"]["losses/updates"] == 1.0
+    assert idle["stats"]["losses/early_stopped"] == busy["stats"]["losses/early_stopped"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(idle["params"], busy["params"], strict=True))

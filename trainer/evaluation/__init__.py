@@ -1,0 +1,1 @@
+"""Evaluating a trained policy on an env's fixed protocol (docs/training.md#evaluation)."""

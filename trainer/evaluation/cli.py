@@ -1,0 +1,180 @@
+"""``python -m trainer eval CHECKPOINT_OR_RUN [--suite S] [--tasks 0,1] [--states N]``:
+evaluate a checkpoint on the env's protocol (trainer.evaluation.protocol) and write
+the per-task table as JSON and Markdown.
+
+Launched by the control plane (an eval run), it reports over the link as a training run
+does: started, progress per task, the table (`evaluated`), finished or failed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.config.errors import ConfigError, ConfigProblem
+from trainer.config.schema import ExperimentConfig
+from trainer.evaluation.protocol import EvalTable, evaluate
+from trainer.link import EvalReporter, link_from_env, report_failure
+from trainer.runner.build import build_components
+from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
+from trainer.runtime.whereabouts import ProcessReport
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+class NoCheckpoint(ValueError):
+    pass
+
+
+def add_parser(subcommands: Any) -> argparse.ArgumentParser:
+    parser = subcommands.add_parser(
+        "eval",
+        help="evaluate a checkpoint on every task and init state",
+        description="Evaluate a checkpoint (a .pt file, a run folder or its checkpoints "
+        "folder: its latest checkpoint) on every task x every fixed init state with "
+        "deterministic actions; writes eval-<suite or env>.json and .md.",
+    )
+    parser.add_argument("checkpoint", help="checkpoint file, run folder or checkpoints folder")
+    parser.add_argument("--suite", help="LIBERO suite to evaluate on (default: the run's)")
+    parser.add_argument("--tasks", help="comma-separated task ids (default: every task)")
+    parser.add_argument("--states", type=int, help="init states per task (default: all)")
+    parser.add_argument("--num-envs", type=int, help="episodes at once (default: the run's)")
+    parser.add_argument("--env-workers", type=int, help="env worker processes (default: the run's)")
+    parser.add_argument("--output", help="folder for the tables (default: the run folder)")
+    parser.set_defaults(handler=main)
+    return parser
+
+
+def find_checkpoint(where: Path) -> Path:
+    if where.is_file():
+        return where
+    for folder in (where, where / "checkpoints"):
+        found = latest_checkpoint(folder) if folder.is_dir() else None
+        if found is not None:
+            return found
+    raise NoCheckpoint(f"no checkpoint at {where} (a .pt file, a run folder or its checkpoints)")
+
+
+def requested_tasks(text: str | None) -> list[int] | None:
+    """`--tasks 0,3` as ids (None: every task); ConfigError naming `--tasks`."""
+    if text is None:
+        return None
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [part for part in parts if not part.isdigit()]
+    if bad or not parts:
+        shown = ", ".join(bad) if bad else "nothing"
+        raise ConfigError.single("--tasks", f"not task ids: {shown} (give e.g. 0,3)")
+    tasks = [int(part) for part in parts]
+    twice = sorted({task for task in tasks if tasks.count(task) > 1})
+    if twice:
+        raise ConfigError.single("--tasks", f"listed twice: {', '.join(map(str, twice))}")
+    return tasks
+
+
+def eval_config(state: dict[str, Any], args: argparse.Namespace) -> ExperimentConfig:
+    """The run's own config, with what the evaluation changes: one rollout per state
+    (no groups), and the suite, batch and worker counts asked for. Without --num-envs, a
+    batch is no larger than --states (a padded slot costs as much as a real one)."""
+    if args.states is not None and args.states < 1:
+        raise ConfigError.single("--states", f"must be at least 1, not {args.states}")
+    config = ExperimentConfig.model_validate(state["config"])
+    env_changes: dict[str, Any] = {}
+    if args.suite:
+        if config.env.name != "libero":
+            raise ConfigError.single("--suite", f"{config.env.name} has no suites")
+        env_changes["suite"] = args.suite
+    if args.num_envs:
+        env_changes["num_parallel_envs"] = args.num_envs
+    elif args.states is not None and args.states < config.env.num_parallel_envs:
+        env_changes["num_parallel_envs"] = args.states
+    if args.env_workers is not None:
+        env_changes["num_workers"] = args.env_workers
+    else:
+        num_envs = env_changes.get("num_parallel_envs", config.env.num_parallel_envs)
+        env_changes["num_workers"] = min(config.env.num_workers, num_envs)
+    data = config.model_dump(mode="json")
+    data["env"].update(env_changes)
+    if args.suite:
+        data["env"]["max_episode_steps"] = None  # the suite's own limit
+    data["algorithm"].update(group_size=1, data_batch_size=1, reward_filter={"enabled": False})
+    data["algorithm"]["name"] = config.algorithm.name
+    data["cluster"] = None
+    return ExperimentConfig.model_validate(data)
+
+
+def main(args: argparse.Namespace) -> int:
+    # Launched by the control plane, the evaluation reports over the link and spools in
+    # its own folder (--output); alone, the link does nothing.
+    link = link_from_env(run_folder=Path(args.output) if args.output else None)
+    try:
+        return _evaluate(args, EvalReporter(link))
+    except BaseException as error:
+        report_failure(link, error)
+        raise
+    finally:
+        link.close()
+
+
+def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
+    try:
+        asked = requested_tasks(args.tasks)
+        path = find_checkpoint(Path(args.checkpoint))
+        state = load_checkpoint(path)
+        config = eval_config(state, args)
+        reporter.started(
+            {"name": config.name, "env": config.env.name, "suite": config.env.suite,
+             "checkpoint": str(path), "iteration": int(state["iteration"]),
+             "tasks": asked, "states": args.states},
+            ProcessReport.here("actor", 0, 0).to_json(),
+        )  # fmt: skip
+        components = build_components(config, torch.Generator().manual_seed(0))
+    except (NoCheckpoint, ConfigError) as error:
+        return _refused(error, reporter)
+    algorithm, env = components.algorithm, components.env
+    try:
+        tasks = asked if asked is not None else components.task_ids
+        unknown = [task for task in tasks if task >= env.num_tasks]
+        if unknown:
+            problem = ConfigProblem(
+                "--tasks",
+                f"{config.env.name} has tasks 0..{env.num_tasks - 1}, not "
+                + ", ".join(map(str, unknown)),
+            )
+            return _refused(ConfigError([problem]), reporter)
+        algorithm.load_state_dict(state["algorithm"])
+        horizons = sorted(set(config.rollout.action_horizons_pattern))
+        chunk = config.actor.model.num_action_chunks
+        done: list[int] = []
+        reporter.task_done(0, len(tasks))
+
+        def task_done(result: Any) -> None:
+            done.append(result.task_id)
+            reporter.task_done(len(done), len(tasks))
+
+        results = evaluate(algorithm.policy, env, tasks, horizons, chunk, args.states, task_done)
+    finally:
+        env.close()
+    table = EvalTable(
+        env=config.env.name, suite=config.env.suite, checkpoint=str(path),
+        iteration=int(state["iteration"]), horizons=horizons, tasks=results,
+    )  # fmt: skip
+    output = Path(args.output) if args.output else path.parent.parent
+    output.mkdir(parents=True, exist_ok=True)
+    stem = f"eval-{config.env.suite or config.env.name}-iter{table.iteration}"
+    (output / f"{stem}.json").write_text(json.dumps(table.to_json(), indent=2))
+    (output / f"{stem}.md").write_text(table.to_markdown())
+    reporter.evaluated(table.to_json())
+    print(table.to_markdown())
+    print(f"wrote {output / stem}.json and .md")
+    return EXIT_OK
+
+
+def _refused(error: Exception, reporter: EvalReporter) -> int:
+    print(f"cannot evaluate: {error}", file=sys.stderr)
+    report_failure(reporter.link, error)
+    return EXIT_BAD_INPUT

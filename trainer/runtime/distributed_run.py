@@ -1,0 +1,306 @@
+"""A run whose placement gives it several actor ranks, or env workers of their own: one
+placed Ray actor per actor rank and per env worker, the ranks training together through
+torch.distributed, driven from the run's own process.
+
+The driver (the Ray job's entrypoint, or `python -m trainer run` on a laptop with Ray)
+- resolves the placement of the config's `cluster:` section to a plan and creates one
+  `ActorRank` per `actor` process and one `EnvWorker` per `env` process of it, all at
+  once, where the plan says (node, devices, env vars, interpreter), within a deadline
+  (trainer.runtime.ray_placement);
+- hands each rank its block of env workers (trainer.runtime.env_workers), which step the
+  rank's env copies in shards while the rank runs the policy; a plan without `env`
+  processes steps each rank's copies in the rank's own process;
+- lets rank 0 pick the rendezvous address, has every rank join the process group, then
+  starts every rank's training loop (trainer.runner.OnPolicyRunner, the same loop a
+  single process runs);
+- relays rank 0's metrics and checkpoints to its callbacks (the run's link), passes a
+  stop request on to every rank, and fails the run with the rank's own error when one
+  fails; ranks left waiting on a dead peer are stopped, never left running.
+
+Policy inference runs in the actor rank (its `rollout` placement is not used yet), and
+env stepping and inference take turns rather than overlapping.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+from trainer.cluster import Plan, cluster_from_dict, resolve_placement
+from trainer.config.errors import ConfigError
+from trainer.config.schema import ExperimentConfig
+from trainer.runner.build import copies_per_rank, env_options
+from trainer.runtime.env_shards import ENV, EnvShard, assign_env_shards
+from trainer.runtime.whereabouts import ProcessReport
+
+log = logging.getLogger(__name__)
+
+ACTOR = "actor"
+JOIN_TIMEOUT_S = 120.0  # ranks meeting at the rendezvous
+POLL_S = 0.2
+
+
+class DistributedRunError(RuntimeError):
+    """A rank failed, or the ranks could not be started or joined."""
+
+
+def distributed_plan(config: ExperimentConfig) -> Plan | None:
+    """The placement plan of a config whose `cluster:` section places several `actor`
+    processes or any `env` process; None when the run is one process (no cluster
+    section, or one rank that steps its own envs)."""
+    section = config.cluster
+    if not section:
+        return None
+    data = section.get("cluster", section)
+    plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))
+    if len(plan.components.get(ACTOR, ())) < 2 and not plan.components.get(ENV):
+        return None
+    if not plan.components.get(ACTOR):
+        raise ConfigError.single("cluster.component_placement", "places no actor process")
+    return plan  # env workers fit the ranks: the config's validation checked it
+
+
+class ActorRank:
+    """One actor rank, in its own placed process (a Ray actor, two threads: the loop,
+    and the driver's stop request arriving while the loop runs)."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        output_dir: str,
+        rank: int,
+        world_size: int,
+        node_rank: int,
+        reports: Any,
+    ) -> None:
+        self.config = ExperimentConfig.model_validate(config)
+        self.output_dir = Path(output_dir)
+        self.rank, self.world_size, self.node_rank = rank, world_size, node_rank
+        self.reports = reports  # a ray.util.queue.Queue to the driver (rank 0 uses it)
+        self.stop_asked = False
+        self.runner = None
+        self.collective = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        """An address on this node that the other ranks can reach, with a free port."""
+        import ray
+
+        address = ray.util.get_node_ip_address()
+        with socket.socket() as sock:
+            sock.bind((address, 0))
+            return address, sock.getsockname()[1]
+
+    def join(
+        self,
+        address: str,
+        port: int,
+        backend: str,
+        timeout_s: float,
+        env_workers: list[tuple[EnvShard, Any]],
+    ) -> list[ProcessReport]:
+        """Join the process group and build the loop; this rank's process and its env
+        workers' (when it has some), for the run page."""
+        from trainer.runner.on_policy_runner import OnPolicyRunner
+        from trainer.runtime.collective import TorchCollective
+        from trainer.runtime.env_workers import PlacedVectorEnv
+
+        self.collective = TorchCollective(
+            self.rank, self.world_size, address, port, backend=backend, timeout_s=timeout_s
+        )
+        env = None
+        if env_workers:
+            env = PlacedVectorEnv(env_workers, self.config.env.name, env_options(self.config))
+        self.runner = OnPolicyRunner(
+            self.config,
+            output_dir=self.output_dir,
+            collective=self.collective,
+            on_metrics=lambda it, metrics: self.reports.put(("metrics", it, metrics)),
+            on_checkpoint=lambda it, path: self.reports.put(("checkpoint", it, str(path))),
+            on_recovery=lambda it, what: self.reports.put(
+                ("recovered", it, f"actor rank {self.rank}: {what}")
+            ),
+            env=env,
+        )
+        import ray
+
+        node_ip = ray.util.get_node_ip_address()
+        here = ProcessReport.here(ACTOR, self.rank, self.node_rank, node_ip)
+        return [here, *(env.reports if env is not None else [])]
+
+    def learn(self, resume: bool) -> dict[str, Any]:
+        assert self.runner is not None, "join() first"
+        history = self.runner.learn(resume=resume, should_stop=lambda: self.stop_asked)
+        policy = self.runner.algorithm.policy
+        return {
+            "iteration": self.runner.iteration,
+            "last": history[-1] if history else {},
+            "tasks": list(self.runner.task_cursor.tasks),
+            # Ranks that stayed in sync hold bit-identical parameters.
+            "parameters": [p.detach().double().sum().item() for p in policy.parameters()],
+        }
+
+    def ask_to_stop(self) -> None:
+        self.stop_asked = True
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        if self.collective is not None:
+            self.collective.close()
+
+
+@dataclass
+class DistributedResult:
+    iteration: int
+    last_metrics: dict[str, float]
+    ranks: list[ProcessReport] = field(default_factory=list)
+    stopped: bool = False
+    per_rank: list[dict[str, Any]] = field(default_factory=list)  # what each loop returned
+
+
+def train_distributed(
+    config: ExperimentConfig,
+    plan: Plan,
+    output_dir: Path,
+    *,
+    resume: bool = False,
+    should_stop: Callable[[], bool] | None = None,
+    on_metrics: Callable[[int, dict[str, float]], None] | None = None,
+    on_checkpoint: Callable[[int, Path], None] | None = None,
+    on_placed: Callable[[list[ProcessReport]], None] | None = None,
+    on_recovery: Callable[[int, str], None] | None = None,
+    start_timeout_s: float = 120.0,
+) -> DistributedResult:
+    """Train `config` on the actor ranks of `plan`; see the module's docstring."""
+    import ray
+    from ray.util.queue import Queue
+
+    from trainer.runtime.env_workers import EnvWorker, env_worker_args
+    from trainer.runtime.ray_placement import create_placed_actors
+
+    if not ray.is_initialized():
+        ray.init(log_to_driver=True)  # RAY_ADDRESS (set for a Ray job) says which cluster
+    processes = plan.components[ACTOR]
+    world_size = len(processes)
+    backend = "nccl" if any(p.visible_accelerators for p in processes) else "gloo"
+    shards = assign_env_shards(plan.components.get(ENV, []), world_size, copies_per_rank(config))
+    shard_of = {shard.process.process_rank: shard for block in shards for shard in block}
+    reports = Queue()
+    settings = config.model_dump(mode="json")
+    rank_args = lambda process: (  # noqa: E731
+        settings, str(output_dir), process.process_rank, world_size, process.node_rank, reports,
+    )  # fmt: skip
+    env_args = env_worker_args(config.env.name, env_options(config))
+    placed = create_placed_actors(
+        {ACTOR: ray.remote(max_concurrency=2)(ActorRank), ENV: ray.remote(EnvWorker)},
+        plan,
+        components=[ACTOR, *([ENV] if shard_of else [])],
+        constructor_args=lambda p: (
+            rank_args(p) if p.component == ACTOR else env_args(shard_of[p.process_rank])
+        ),
+        timeout_s=start_timeout_s,
+    )
+    by_rank = sorted((a for a in placed if a.process.component == ACTOR), key=_rank)
+    handles = [actor.handle for actor in by_rank]
+    env_handles = {a.process.process_rank: a.handle for a in placed if a.process.component == ENV}
+    try:
+        address, port = ray.get(handles[0].rendezvous.remote(), timeout=JOIN_TIMEOUT_S)
+        joined = [
+            handle.join.remote(
+                address, port, backend, JOIN_TIMEOUT_S,
+                [(s, env_handles[s.process.process_rank]) for s in shards[rank]],
+            )
+            for rank, handle in enumerate(handles)
+        ]  # fmt: skip
+        ranks = [
+            report
+            for reports_of_rank in _get_all(
+                ray, joined, JOIN_TIMEOUT_S, "joining the process group"
+            )
+            for report in reports_of_rank
+        ]
+        log.info("%d actor ranks joined at %s:%d (%s)", world_size, address, port, backend)
+        if on_placed is not None:
+            on_placed(ranks)
+        loops = [h.learn.remote(resume) for h in handles]
+        stop_sent = False
+        while True:
+            _relay(reports, on_metrics, on_checkpoint, on_recovery)
+            if not stop_sent and should_stop is not None and should_stop():
+                for handle in handles:
+                    handle.ask_to_stop.remote()
+                stop_sent = True
+            done, _ = ray.wait(loops, num_returns=len(loops), timeout=POLL_S)
+            failed = [ref for ref in done if _failed(ray, ref)]
+            if failed:
+                _get_all(ray, failed, 1.0, "training")  # raises the rank's own error
+            if len(done) == len(loops):
+                break
+        results = ray.get(loops)
+        _relay(reports, on_metrics, on_checkpoint, on_recovery)
+        first = results[0]
+        return DistributedResult(
+            first["iteration"], first["last"], ranks, stopped=stop_sent, per_rank=results
+        )
+    finally:
+        for handle in handles:
+            try:
+                ray.get(handle.close.remote(), timeout=10)
+            except Exception:  # noqa: BLE001 - a dead or stuck rank is killed below
+                pass
+            ray.kill(handle)
+        for handle in env_handles.values():
+            ray.kill(handle)  # the ranks closed them; any left (a rank that failed) go here
+        reports.shutdown()
+
+
+def _rank(actor: Any) -> int:
+    return actor.process.process_rank
+
+
+def _relay(
+    reports: Any,
+    on_metrics: Callable[[int, dict[str, float]], None] | None,
+    on_checkpoint: Callable[[int, Path], None] | None,
+    on_recovery: Callable[[int, str], None] | None,
+) -> None:
+    while True:
+        try:
+            kind, iteration, payload = reports.get_nowait()
+        except Empty:
+            return
+        if kind == "metrics" and on_metrics is not None:
+            on_metrics(iteration, payload)
+        elif kind == "checkpoint" and on_checkpoint is not None:
+            on_checkpoint(iteration, Path(payload))
+        elif kind == "recovered" and on_recovery is not None:
+            on_recovery(iteration, payload)
+
+
+def _failed(ray: Any, ref: Any) -> bool:
+    try:
+        ray.get(ref, timeout=0)
+    except Exception:  # noqa: BLE001 - which error is the caller's to report
+        return True
+    return False
+
+
+def _get_all(ray: Any, refs: list[Any], timeout_s: float, what: str) -> list[Any]:
+    deadline = time.monotonic() + timeout_s
+    try:
+        return ray.get(refs, timeout=max(0.1, deadline - time.monotonic()))
+    except ray.exceptions.GetTimeoutError:
+        raise DistributedRunError(
+            f"actor ranks did not finish {what} within {timeout_s:g} s"
+        ) from None
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause if getattr(error, "cause", None) else error
+        raise DistributedRunError(f"an actor rank failed while {what}: {cause}") from cause
+    except ray.exceptions.RayActorError as error:
+        raise DistributedRunError(f"an actor rank died while {what}: {error}") from error

@@ -1,0 +1,196 @@
+"""Env workers as placed Ray actors: the `env` processes of a run's placement plan, each
+owning a shard of one actor rank's env copies.
+
+A rank's rollout sees its workers as one `VectorEnv` (`PlacedVectorEnv`): an action
+batch is split by shard, every worker gets its shard at once, the replies are gathered
+within a deadline and joined in shard order. The rollout loop, the plan cache and the
+policy are the code a single process runs with its env in process; only the env is
+elsewhere. Observations travel through Ray's object store.
+
+A worker that dies, or does not answer within `reply_timeout_s`, raises `EnvWorkerError`
+naming it (component rank, node, pid); `restart_workers` kills it and starts a fresh one
+on the same placement, and the runner redoes the iteration (`runner.env_worker_retries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+import torch
+
+from trainer.cluster.discovery import ranked_ray_nodes
+from trainer.envs.registry import make_vector_env
+from trainer.envs.subproc_vector_env import EnvWorkerError
+from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
+from trainer.runtime.env_shards import ENV, EnvShard
+from trainer.runtime.ray_placement import actor_options
+from trainer.runtime.whereabouts import ProcessReport
+
+START_TIMEOUT_S = 300.0  # a worker importing torch and building its simulator
+REPLY_TIMEOUT_S = 600.0
+
+
+class EnvWorker:
+    """One shard of env copies in its own placed process."""
+
+    def __init__(self, env_name: str, num_envs: int, options: dict[str, Any], rank: int) -> None:
+        torch.set_num_threads(1)  # one core per worker: the placement decides how many
+        self.env = make_vector_env(env_name, num_envs=num_envs, **options)
+        self.rank = rank
+
+    def describe(self, node_rank: int) -> dict[str, Any]:
+        env = self.env
+        return {
+            "num_tasks": env.num_tasks,
+            "obs_shape": env.obs_shape,
+            "action_dim": env.action_dim,
+            "max_episode_steps": env.max_episode_steps,
+            "task_names": [env.task_name(task) for task in range(env.num_tasks)],
+            "where": ProcessReport.here(
+                ENV, self.rank, node_rank, ray.util.get_node_ip_address()
+            ).to_json(),
+        }
+
+    def init_states(self, task_id: int) -> torch.Tensor:
+        return self.env.init_states(task_id)
+
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        return self.env.reset(task_id, init_states)
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        return self.env.step(actions)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def env_worker_args(env_name: str, options: dict[str, Any]):
+    """Constructor arguments of a shard's worker, for `create_placed_actors`."""
+    return lambda shard: (env_name, shard.num_envs, options, shard.process.process_rank)
+
+
+class PlacedVectorEnv(VectorEnv):
+    """A rank's env copies stepped by its placed env workers (see the module doc)."""
+
+    def __init__(
+        self,
+        workers: Sequence[tuple[EnvShard, Any]],
+        env_name: str,
+        options: dict[str, Any],
+        reply_timeout_s: float = REPLY_TIMEOUT_S,
+    ) -> None:
+        self._shards = [shard for shard, _ in workers]
+        self._handles = [handle for _, handle in workers]
+        self._make_args = env_worker_args(env_name, options)
+        self.reply_timeout_s = reply_timeout_s
+        self.shard_sizes = [shard.num_envs for shard in self._shards]
+        self.num_envs = sum(self.shard_sizes)
+        self.reports: list[ProcessReport | None] = [None] * len(workers)
+        meta = self._call("describe", [(s.process.node_rank,) for s in self._shards], "starting")
+        self.reports = [ProcessReport(**one["where"]) for one in meta]
+        first = meta[0]
+        self.num_tasks = first["num_tasks"]
+        self.obs_shape = tuple(first["obs_shape"])
+        self.action_dim = first["action_dim"]
+        self.max_episode_steps = first["max_episode_steps"]
+        self._task_names = first["task_names"]
+        self._init_states: dict[int, torch.Tensor] = {}
+
+    def _describe(self, worker: int) -> str:
+        process, report = self._shards[worker].process, self.reports[worker]
+        pid = f", pid {report.pid}" if report is not None else ""
+        return f"env worker {process.process_rank} (node {process.node_rank}{pid})"
+
+    def _gather(self, calls: dict[int, Any], doing: str) -> list[Any]:
+        """Each called worker's reply (by worker) within the deadline; the first failure
+        names its worker. A worker that missed the deadline is killed, so that
+        `restart_workers` replaces it."""
+        refs = list(calls.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.reply_timeout_s)
+        ready_set = set(ready)
+        replies, errors = [], []
+        for worker, ref in calls.items():
+            if ref not in ready_set:
+                ray.kill(self._handles[worker])
+                errors.append(
+                    f"{self._describe(worker)} did not answer within "
+                    f"{self.reply_timeout_s:g} s while {doing}; it was stopped"
+                )
+                continue
+            try:
+                replies.append(ray.get(ref))
+            except ray.exceptions.RayActorError as error:
+                errors.append(f"{self._describe(worker)} died while {doing}: {error}")
+            except ray.exceptions.RayTaskError as error:
+                errors.append(f"{self._describe(worker)} failed while {doing}:\n{error}")
+        if errors:
+            raise EnvWorkerError(errors[0])
+        return replies
+
+    def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
+        """Call `method` on every worker at once, worker i with args[i]."""
+        calls = {
+            worker: getattr(handle, method).remote(*args[worker])
+            for worker, handle in enumerate(self._handles)
+        }
+        return self._gather(calls, doing)
+
+    def init_states(self, task_id: int) -> torch.Tensor:
+        if task_id not in self._init_states:
+            ref = self._handles[0].init_states.remote(task_id)
+            self._init_states[task_id] = self._gather({0: ref}, "reading init states")[0]
+        return self._init_states[task_id].clone()
+
+    def task_name(self, task_id: int) -> str:
+        return self._task_names[task_id]
+
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        if init_states.shape[0] != self.num_envs:
+            raise ValueError(f"init_states must have {self.num_envs} rows")
+        parts = torch.split(init_states, self.shard_sizes)
+        return torch.cat(self._call("reset", [(task_id, part) for part in parts], "resetting"))
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        if actions.shape[0] != self.num_envs:
+            raise ValueError(f"actions must have {self.num_envs} rows")
+        parts = torch.split(actions, self.shard_sizes)
+        return concat_steps(self._call("step", [(part,) for part in parts], "stepping"))
+
+    def restart_workers(self) -> list[str]:
+        """Replace every worker that is dead or stopped answering by a fresh one on the
+        same placement; what was restarted, one line each."""
+        probes = [handle.__ray_ready__.remote() for handle in self._handles]
+        ready, _ = ray.wait(probes, num_returns=len(probes), timeout=5.0)
+        node_ids = {rank: str(n["NodeID"]) for rank, n in ranked_ray_nodes(ray.nodes()).items()}
+        remote = ray.remote(EnvWorker)
+        restarted = []
+        for worker, probe in enumerate(probes):
+            if probe in ready and _answered(probe):
+                continue
+            before = self._describe(worker)
+            ray.kill(self._handles[worker])
+            shard = self._shards[worker]
+            options = actor_options(shard.process, node_id=node_ids[shard.process.node_rank])
+            self._handles[worker] = remote.options(**options).remote(*self._make_args(shard))
+            ref = self._handles[worker].describe.remote(shard.process.node_rank)
+            self.reports[worker] = ProcessReport(
+                **self._gather({worker: ref}, "restarting")[0]["where"]
+            )
+            restarted.append(f"{before} restarted as pid {self.reports[worker].pid}")
+        return restarted
+
+    def close(self) -> None:
+        refs = [handle.close.remote() for handle in self._handles]
+        ray.wait(refs, num_returns=len(refs), timeout=10.0)
+        for handle in self._handles:
+            ray.kill(handle)
+
+
+def _answered(probe: Any) -> bool:
+    try:
+        ray.get(probe)
+    except ray.exceptions.RayActorError:
+        return False
+    return True
