@@ -1,0 +1,151 @@
+"""Replay buffers for off-policy learning (RLPD, seed 004): fixed capacity, one
+preallocated tensor per field, written and sampled in whole batches (no Python object
+per transition), and the mixed sampler that draws a fixed share of each batch from the
+demo buffer.
+
+A transition is a row of each field: typically `obs`, `action`, `reward`, `next_obs`
+(the true final observation when an episode was cut by its time limit), `terminal`
+(success ends an episode; a time-out does not: the learner bootstraps from `next_obs`)
+and `intervened` (a human chose the action; such rows go into both buffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+Batch = dict[str, torch.Tensor]
+
+
+class ReplayBuffer:
+    """A ring of `capacity` transitions; the oldest are overwritten once it is full.
+    The fields and their shapes are fixed by the first batch added."""
+
+    def __init__(self, capacity: int, device: torch.device | str = "cpu") -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: must be at least 1, not {capacity}")
+        self.capacity = capacity
+        self.device = torch.device(device)
+        self.fields: Batch = {}
+        self.cursor = 0  # where the next row goes
+        self.size = 0
+        self.added = 0  # every row ever added, overwritten ones included
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Append a batch of transitions (every field has the same first dimension)."""
+        rows = _rows(batch)
+        if not self.fields:
+            self.fields = {
+                name: torch.zeros((self.capacity, *t.shape[1:]), dtype=t.dtype, device=self.device)
+                for name, t in batch.items()
+            }
+        elif set(batch) != set(self.fields):
+            raise ValueError(
+                f"fields {sorted(batch)} differ from the buffer's {sorted(self.fields)}"
+            )
+        if rows > self.capacity:  # only the newest `capacity` rows can stay
+            batch = {name: t[rows - self.capacity :] for name, t in batch.items()}
+            self.added += rows - self.capacity
+            rows = self.capacity
+        positions = (self.cursor + torch.arange(rows)) % self.capacity
+        for name, tensor in batch.items():
+            self.fields[name][positions.to(self.device)] = tensor.to(self.device)
+        self.cursor = (self.cursor + rows) % self.capacity
+        self.size = min(self.capacity, self.size + rows)
+        self.added += rows
+
+    def sample(self, count: int, generator: torch.Generator | None = None) -> Batch:
+        """`count` transitions drawn uniformly with replacement."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        index = torch.randint(self.size, (count,), generator=generator)
+        return {name: tensor[index.to(self.device)] for name, tensor in self.fields.items()}
+
+    def ordered(self) -> Batch:
+        """The stored rows, oldest first."""
+        order = (self.cursor - self.size + torch.arange(self.size)) % self.capacity
+        return {name: t[order.to(self.device)] for name, t in self.fields.items()}
+
+    def state_dict(self) -> dict:
+        """The stored rows where they lie in the ring, and the counters: a buffer loaded
+        from it samples exactly what this one would."""
+        return {
+            "capacity": self.capacity,
+            "cursor": self.cursor,
+            "size": self.size,
+            "added": self.added,
+            "fields": {name: t[: self.size].cpu() for name, t in self.fields.items()},
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state["capacity"] != self.capacity:
+            raise ValueError(
+                f"snapshot capacity {state['capacity']} differs from the buffer's {self.capacity}"
+            )
+        self.fields, self.size = {}, 0
+        if state["fields"]:
+            self.add(state["fields"])  # allocates and fills rows [0, size)
+        self.cursor, self.size, self.added = state["cursor"], state["size"], state["added"]
+
+
+class MixedSampler:
+    """Batches drawn `demo_fraction` from the demo buffer and the rest from the online
+    buffer, in exact counts (RLPD's 50/50 by default): even when online data outnumber
+    the demos a thousand to one, every update sees successful behaviour."""
+
+    def __init__(
+        self,
+        online: ReplayBuffer,
+        demo: ReplayBuffer,
+        batch_size: int,
+        demo_fraction: float = 0.5,
+        training_starts: int = 0,
+    ) -> None:
+        if not 0.0 <= demo_fraction <= 1.0:
+            raise ValueError(f"demo_fraction: must be between 0 and 1, not {demo_fraction}")
+        self.online, self.demo = online, demo
+        self.demo_rows = round(batch_size * demo_fraction)
+        self.online_rows = batch_size - self.demo_rows
+        self.training_starts = training_starts
+
+    def ready(self) -> bool:
+        """Updates wait until the online buffer holds `training_starts` transitions and
+        each buffer a batch needs rows from holds any."""
+        return len(self.online) >= max(self.training_starts, 1 if self.online_rows else 0) and (
+            len(self.demo) > 0 or self.demo_rows == 0
+        )
+
+    def sample(self, generator: torch.Generator | None = None) -> Batch:
+        """Online rows first, then demo rows; `from_demo` says which is which."""
+        parts = []
+        for buffer, rows, from_demo in (
+            (self.online, self.online_rows, False),
+            (self.demo, self.demo_rows, True),
+        ):
+            if rows:
+                part = buffer.sample(rows, generator)
+                part["from_demo"] = torch.full((rows,), from_demo, device=buffer.device)
+                parts.append(part)
+        return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+
+
+def add_transitions(online: ReplayBuffer, demo: ReplayBuffer, batch: Mapping) -> None:
+    """Every transition into the online buffer; those a human chose (`intervened`) into
+    the demo buffer as well, so corrections are sampled at the demo share at once."""
+    online.add(batch)
+    intervened = batch["intervened"].bool()
+    if bool(intervened.any()):
+        demo.add({name: tensor[intervened] for name, tensor in batch.items()})
+
+
+def _rows(batch: Mapping[str, torch.Tensor]) -> int:
+    if not batch:
+        raise ValueError("a batch needs at least one field")
+    sizes = {name: t.shape[0] for name, t in batch.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"fields have different numbers of rows: {sizes}")
+    return next(iter(sizes.values()))
