@@ -1,0 +1,160 @@
+"""RLPD's learner: the cta_ratio schedule, targets, temperature, and that it learns."""
+
+import math
+
+import pytest
+import torch
+
+from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings, TanhGaussianActor
+
+OBS, ACT = 3, 2
+
+
+def batch(rows: int = 32, terminal: bool = False) -> dict:
+    return {
+        "obs": torch.randn(rows, OBS),
+        "action": torch.rand(rows, ACT) * 2 - 1,
+        "reward": torch.randn(rows),
+        "next_obs": torch.randn(rows, OBS),
+        "terminal": torch.full((rows,), terminal),
+    }
+
+
+def learner(**overrides) -> RLPDLearner:
+    torch.manual_seed(0)
+    return RLPDLearner(OBS, ACT, RLPDSettings(hidden_sizes=(32, 32), **overrides))
+
+
+def snapshot(module_or_param) -> list[torch.Tensor]:
+    if isinstance(module_or_param, torch.nn.Parameter):
+        return [module_or_param.detach().clone()]
+    return [p.detach().clone() for p in module_or_param.parameters()]
+
+
+def changed(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_cta_ratio_updates_the_critic_alone_then_everything():
+    rlpd = learner(cta_ratio=3)
+    parts = {
+        "critic": rlpd.critic,
+        "target": rlpd.target_critic,
+        "actor": rlpd.actor,
+        "temperature": rlpd.log_temperature,
+    }
+    seen: list[set[str]] = []
+    state = {name: snapshot(part) for name, part in parts.items()}
+
+    def sample() -> dict:  # called before each sub-update: records what the last changed
+        if seen or any(changed(state[n], snapshot(p)) for n, p in parts.items()):
+            seen.append({n for n, p in parts.items() if changed(state[n], snapshot(p))})
+        else:
+            seen.append(set())
+        state.update({name: snapshot(part) for name, part in parts.items()})
+        return batch()
+
+    metrics = rlpd.update(sample)
+    seen.append({n for n, p in parts.items() if changed(state[n], snapshot(p))})
+    # seen[0]: before anything; then after critic-only, critic-only, joint.
+    assert seen == [set(), {"critic", "target"}, {"critic", "target"}, set(parts)]
+    assert rlpd.updates == 3
+    assert {"rlpd/critic_loss", "rlpd/actor_loss", "rlpd/temperature", "rlpd/entropy"} <= set(
+        metrics
+    )
+
+
+def test_the_actors_pass_leaves_no_gradient_on_the_critic():
+    rlpd = learner(cta_ratio=1)
+    rlpd.update(batch)
+    assert all(p.grad is None for p in rlpd.critic.parameters())
+
+
+def test_targets_move_by_the_polyak_step():
+    rlpd = learner(tau=0.25)
+    target_before = snapshot(rlpd.target_critic)
+    rlpd.critic_step(batch())
+    for old, online, new in zip(
+        target_before, rlpd.critic.parameters(), rlpd.target_critic.parameters(), strict=True
+    ):
+        torch.testing.assert_close(new, 0.75 * old + 0.25 * online.detach())
+
+
+def test_terminal_transitions_do_not_bootstrap_and_time_outs_do():
+    rlpd = learner(discount=0.9)
+    done, cut = batch(terminal=True), batch(terminal=False)
+    cut["reward"] = done["reward"]
+    torch.testing.assert_close(rlpd.td_target(done), done["reward"])
+    assert not torch.allclose(rlpd.td_target(cut), cut["reward"])
+
+
+def test_the_temperature_rises_when_entropy_is_too_low_and_falls_when_too_high():
+    rlpd = learner()
+    target = rlpd.target_entropy  # -1 for two action dimensions
+    for log_prob, direction in ((-target + 3.0, +1), (-target - 3.0, -1)):
+        before = rlpd.temperature
+        loss = rlpd.temperature_loss(torch.full((8,), log_prob))
+        rlpd.temperature_optimizer.zero_grad()
+        loss.backward()
+        rlpd.temperature_optimizer.step()
+        assert (rlpd.temperature - before) * direction > 0
+
+
+def test_the_squashed_log_probability_matches_a_numeric_change_of_variables():
+    torch.manual_seed(1)
+    actor = TanhGaussianActor(OBS, 1, (8,))
+    obs = torch.randn(4000, OBS)
+    obs[:] = obs[0]  # one state: the actions are draws from one distribution
+    actions, log_prob = actor.sample(obs)
+    mean, log_std = actor(obs[:1])
+    raw = torch.atanh(actions.clamp(-0.999999, 0.999999))
+    normal = torch.distributions.Normal(mean[0, 0], log_std[0, 0].exp())
+    expected = normal.log_prob(raw[:, 0]) - torch.log1p(-actions[:, 0].pow(2))
+    torch.testing.assert_close(log_prob, expected, atol=2e-3, rtol=1e-3)
+
+
+def test_it_learns_the_best_action_of_a_continuous_bandit():
+    """One-step episodes rewarded -|a - goal|²: the actor's mean goes to the goal."""
+    rlpd = learner(
+        cta_ratio=2, discount=0.0, critic_ensemble=4, actor_lr=1e-3, critic_lr=1e-3,
+        init_temperature=0.05,
+    )  # fmt: skip
+    goal = torch.tensor([0.5, -0.3])
+    generator = torch.Generator().manual_seed(2)
+
+    def sample() -> dict:
+        actions = torch.rand(64, ACT, generator=generator) * 2 - 1
+        return {
+            "obs": torch.zeros(64, OBS),
+            "action": actions,
+            "reward": -(actions - goal).pow(2).sum(-1),
+            "next_obs": torch.zeros(64, OBS),
+            "terminal": torch.ones(64, dtype=torch.bool),
+        }
+
+    for _ in range(600):
+        rlpd.update(sample)
+    best = rlpd.actor.act(torch.zeros(1, OBS), deterministic=True)[0]
+    assert torch.allclose(best, goal, atol=0.15), best
+
+
+def test_a_snapshot_continues_identically(tmp_path):
+    first, second = learner(), learner(init_temperature=0.5)
+    first.update(batch)
+    torch.save(first.state_dict(), tmp_path / "learner.pt")
+    second.load_state_dict(torch.load(tmp_path / "learner.pt"))
+    data = [batch() for _ in range(4)]
+    torch.manual_seed(5)
+    a = [first.update(iter(data[i : i + 2]).__next__) for i in (0, 2)]
+    torch.manual_seed(5)
+    b = [second.update(iter(data[i : i + 2]).__next__) for i in (0, 2)]
+    assert a == b and second.updates == first.updates
+    assert not changed(snapshot(first.actor), snapshot(second.actor))
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="cta_ratio"):
+        RLPDSettings(cta_ratio=0)
+    with pytest.raises(ValueError, match="critic_subsample"):
+        RLPDSettings(critic_ensemble=2, critic_subsample=3)
+    assert math.isclose(learner(init_temperature=0.1).temperature, 0.1, rel_tol=1e-6)

@@ -1,0 +1,246 @@
+"""RLPD's learner (seed 004, after HIL-SERL): soft actor-critic with an ensemble of
+critics, LayerNorm in the critics, Polyak-averaged targets, a learned temperature,
+and `cta_ratio` updates per round — `cta_ratio - 1` critic-only updates, then one
+joint critic + actor + temperature update, each on a fresh batch (drawn half from
+the demo buffer by `trainer.data.replay.MixedSampler`).
+
+Transitions: `obs`, `action` (in [-1, 1]), `reward`, `next_obs`, `terminal`.
+Successes are terminal; a time-out is not (its target bootstraps from `next_obs`, the
+true final observation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+Batch = dict[str, torch.Tensor]
+LOG_STD_RANGE = (-5.0, 2.0)
+
+
+@dataclass(frozen=True)
+class RLPDSettings:
+    discount: float = 0.99
+    tau: float = 0.005  # Polyak step of the target critics
+    critic_ensemble: int = 10
+    # Members whose minimum makes the target (RLPD's random subset of 2 of 10).
+    critic_subsample: int = 2
+    layer_norm: bool = True
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temperature_lr: float = 3e-4
+    init_temperature: float = 1.0
+    target_entropy: float | None = None  # default: -action_dim / 2
+    cta_ratio: int = 2
+    backup_entropy: bool = True  # subtract α·log π(a'|s') in the target
+
+    def __post_init__(self) -> None:
+        if self.cta_ratio < 1:
+            raise ValueError(f"cta_ratio: must be at least 1, not {self.cta_ratio}")
+        if not 1 <= self.critic_subsample <= self.critic_ensemble:
+            raise ValueError(
+                f"critic_subsample: must be between 1 and critic_ensemble "
+                f"({self.critic_ensemble}), not {self.critic_subsample}"
+            )
+
+
+class EnsembleLinear(nn.Module):
+    """`members` independent linear layers applied at once: [E, B, in] → [E, B, out]."""
+
+    def __init__(self, members: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        bound = 1 / math.sqrt(in_features)  # nn.Linear's default initialisation
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_features))
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class CriticEnsemble(nn.Module):
+    """Q(s, a) of every member: [E, B]."""
+
+    def __init__(
+        self, obs_dim: int, action_dim: int, members: int, hidden: tuple[int, ...],
+        layer_norm: bool,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.members = members
+        layers: list[nn.Module] = []
+        width = obs_dim + action_dim
+        for size in hidden:
+            layers.append(EnsembleLinear(members, width, size))
+            if layer_norm:
+                layers.append(nn.LayerNorm(size))  # normalises each member's features
+            layers.append(nn.ReLU())
+            width = size
+        layers.append(EnsembleLinear(members, width, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([obs, action], dim=-1).unsqueeze(0).expand(self.members, -1, -1)
+        return self.net(x).squeeze(-1)
+
+
+class TanhGaussianActor(nn.Module):
+    """A Gaussian squashed by tanh into [-1, 1], with the change-of-variables term."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = obs_dim
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, 2 * action_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.head(self.body(obs)).chunk(2, dim=-1)
+        return mean, log_std.clamp(*LOG_STD_RANGE)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-probability [B]."""
+        mean, log_std = self(obs)
+        noise = torch.randn_like(mean)
+        raw = mean + noise * log_std.exp()
+        action = torch.tanh(raw)
+        gaussian = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log(1 - tanh(x)^2) written stably: 2 (log 2 - x - softplus(-2x)).
+        squash = (2 * (math.log(2) - raw - F.softplus(-2 * raw))).sum(-1)
+        return action, gaussian - squash
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        return torch.tanh(self(obs)[0]) if deterministic else self.sample(obs)[0]
+
+
+class RLPDLearner:
+    """The networks, their optimisers and the update schedule."""
+
+    def __init__(self, obs_dim: int, action_dim: int, settings: RLPDSettings) -> None:
+        self.settings = settings
+        hidden = settings.hidden_sizes
+        self.actor = TanhGaussianActor(obs_dim, action_dim, hidden)
+        self.critic = CriticEnsemble(
+            obs_dim, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
+        )
+        self.target_critic = CriticEnsemble(
+            obs_dim, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
+        )
+        self.target_critic.load_state_dict(self.critic.state_dict())
+        self.target_critic.requires_grad_(False)
+        self.log_temperature = nn.Parameter(torch.tensor(math.log(settings.init_temperature)))
+        self.target_entropy = (
+            -action_dim / 2 if settings.target_entropy is None else settings.target_entropy
+        )
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=settings.actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=settings.critic_lr)
+        self.temperature_optimizer = torch.optim.Adam(
+            [self.log_temperature], lr=settings.temperature_lr
+        )
+        self.updates = 0  # critic updates so far
+
+    @property
+    def temperature(self) -> float:
+        return float(self.log_temperature.detach().exp())
+
+    def update(self, sample: Callable[[], Batch]) -> dict[str, float]:
+        """One round of the schedule; `sample()` gives a fresh mixed batch each call."""
+        for _ in range(self.settings.cta_ratio - 1):
+            self.critic_step(sample())
+        return self.joint_step(sample())
+
+    def critic_step(self, batch: Batch) -> dict[str, float]:
+        """One critic update on the soft Bellman target, then the targets' Polyak step."""
+        target = self.td_target(batch)
+        predicted = self.critic(batch["obs"], batch["action"])
+        loss = F.mse_loss(predicted, target.expand_as(predicted))
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_optimizer.step()
+        self.update_targets()
+        self.updates += 1
+        return {
+            "rlpd/critic_loss": float(loss.detach()),
+            "rlpd/q_predicted": float(predicted.detach().mean()),
+            "rlpd/q_target": float(target.mean()),
+        }
+
+    @torch.no_grad()
+    def td_target(self, batch: Batch) -> torch.Tensor:
+        """r + γ (1 - terminal) (min over a random subset of target critics of Q(s', a')
+        - α log π(a'|s')), a' drawn from the current actor."""
+        settings = self.settings
+        next_action, next_log_prob = self.actor.sample(batch["next_obs"])
+        members = torch.randperm(settings.critic_ensemble)[: settings.critic_subsample]
+        next_q = self.target_critic(batch["next_obs"], next_action)[members].min(0).values
+        if settings.backup_entropy:
+            next_q = next_q - self.temperature * next_log_prob
+        alive = 1.0 - batch["terminal"].float()
+        return batch["reward"] + settings.discount * alive * next_q
+
+    def joint_step(self, batch: Batch) -> dict[str, float]:
+        """The critic, then the actor against the updated critic, then the temperature."""
+        metrics = self.critic_step(batch)
+        action, log_prob = self.actor.sample(batch["obs"])
+        q = self.critic(batch["obs"], action).mean(0)
+        actor_loss = (self.temperature * log_prob - q).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)  # the actor's pass through it
+        temperature_loss = self.temperature_loss(log_prob.detach())
+        self.temperature_optimizer.zero_grad(set_to_none=True)
+        temperature_loss.backward()
+        self.temperature_optimizer.step()
+        return {
+            **metrics,
+            "rlpd/actor_loss": float(actor_loss.detach()),
+            "rlpd/temperature": self.temperature,
+            "rlpd/temperature_loss": float(temperature_loss.detach()),
+            "rlpd/entropy": float(-log_prob.detach().mean()),
+        }
+
+    def temperature_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
+        """Raises the temperature while the policy's entropy (-log π) is below the
+        target, lowers it while above."""
+        return -(self.log_temperature.exp() * (log_prob + self.target_entropy)).mean()
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        for target, online in zip(
+            self.target_critic.parameters(), self.critic.parameters(), strict=True
+        ):
+            target.lerp_(online, self.settings.tau)
+
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "log_temperature": self.log_temperature.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "temperature_optimizer": self.temperature_optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        with torch.no_grad():
+            self.log_temperature.copy_(state["log_temperature"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
+        self.updates = state["updates"]
