@@ -15,7 +15,11 @@ from collections.abc import Mapping
 
 import torch
 
+from trainer.envs.vector_env import EnvStep
+
 Batch = dict[str, torch.Tensor]
+# The fields of a transition, in every buffer alike (a batch mixes two buffers' rows).
+TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminal", "intervened")
 
 
 class ReplayBuffer:
@@ -140,6 +144,26 @@ def add_transitions(online: ReplayBuffer, demo: ReplayBuffer, batch: Mapping) ->
     intervened = batch["intervened"].bool()
     if bool(intervened.any()):
         demo.add({name: tensor[intervened] for name, tensor in batch.items()})
+
+
+def transition_batch(obs: torch.Tensor, actions: torch.Tensor, step: EnvStep) -> Batch:
+    """One env step of every copy as transitions. `next_obs` is the true final
+    observation where an episode ended (the env has already reset those copies);
+    `terminal` only where it ended in a terminal state, not by the time limit."""
+    final = step.final_observation if step.final_observation is not None else step.obs
+    next_obs = torch.where(step.done.view(-1, *[1] * (obs.dim() - 1)), final, step.obs)
+    intervened = step.intervened
+    if intervened is None:
+        intervened = torch.zeros(obs.shape[0], dtype=torch.bool)
+    applied = step.applied_actions if step.applied_actions is not None else actions
+    return {
+        "obs": obs,
+        "action": applied,
+        "reward": step.reward,
+        "next_obs": next_obs,
+        "terminal": step.terminated,
+        "intervened": intervened,
+    }
 
 
 def _rows(batch: Mapping[str, torch.Tensor]) -> int:

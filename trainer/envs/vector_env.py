@@ -35,6 +35,10 @@ class EnvStep:
     # [N, *obs_shape], or None for an env that cannot report it (then the time-out
     # bootstrap falls back to ``obs``)
     final_observation: torch.Tensor | None = None
+    # Set by trainer.envs.intervention.InterventionEnv: the actions the env executed
+    # [N, action_dim] and which copies a human (an action source) controlled [N].
+    applied_actions: torch.Tensor | None = None
+    intervened: torch.Tensor | None = None
 
     @property
     def done(self) -> torch.Tensor:

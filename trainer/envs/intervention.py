@@ -1,0 +1,109 @@
+"""Human interventions at the trainer level (seed 004): an env wrapper that asks an
+external action source, at every step, whether it takes over each copy. Where it does,
+its action replaces the policy's and the step says so (`EnvStep.intervened`), so the
+transition can go into both of RLPD's buffers and be left out of a policy-gradient
+loss. The browser console plugs into the same `ActionSource` protocol; tests and demo
+recording use the scripted operator below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+import torch
+
+from trainer.envs.builtin_reach import NUM_MARKERS, TASK_NAMES
+from trainer.envs.vector_env import EnvStep, VectorEnv
+
+
+class ActionSource(Protocol):
+    def act(
+        self, obs: torch.Tensor, episode_step: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each copy, the source's action `[N, action_dim]` and whether it takes
+        over `[N]` (rows it does not take over are ignored)."""
+        ...
+
+    def episode_ended(self, done: torch.Tensor) -> None:
+        """Copies whose episode ended in the last step (the next one starts afresh)."""
+        ...
+
+
+class InterventionEnv(VectorEnv):
+    """`env` with `source` taking over copies when it wants; one action per step."""
+
+    def __init__(self, env: VectorEnv, source: ActionSource) -> None:
+        self.env, self.source = env, source
+        self.num_envs, self.num_tasks = env.num_envs, env.num_tasks
+        self.obs_shape, self.action_dim = env.obs_shape, env.action_dim
+        self.max_episode_steps = env.max_episode_steps
+        self.obs: torch.Tensor | None = None
+        self.episode_step = torch.zeros(env.num_envs, dtype=torch.long)
+
+    def init_states(self, task_id: int) -> torch.Tensor:
+        return self.env.init_states(task_id)
+
+    def task_name(self, task_id: int) -> str:
+        return self.env.task_name(task_id)
+
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        self.obs = self.env.reset(task_id, init_states)
+        self.episode_step.zero_()
+        self.source.episode_ended(torch.ones(self.num_envs, dtype=torch.bool))
+        return self.obs
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        if self.obs is None:
+            raise RuntimeError("reset the env before stepping it")
+        if actions.dim() != 2:
+            raise ValueError(
+                f"interventions take one action per step: actions must have shape "
+                f"({self.num_envs}, {self.action_dim}), got {tuple(actions.shape)}"
+            )
+        human, active = self.source.act(self.obs, self.episode_step)
+        applied = torch.where(active[:, None], human.to(actions.dtype), actions)
+        step = replace(self.env.step(applied), applied_actions=applied, intervened=active.clone())
+        self.obs = step.obs
+        self.episode_step = torch.where(step.done, 0, self.episode_step + 1)
+        if bool(step.done.any()):
+            self.source.episode_ended(step.done)
+        return step
+
+    def restart_workers(self) -> list[str]:
+        return self.env.restart_workers()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ScriptedReachOperator:
+    """A test operator for the built-in env: it steers the effector straight at the
+    goal with the gripper the task wants. It takes over a `share` of the episodes
+    (drawn at each episode's start), for at most `max_steps` steps of each."""
+
+    def __init__(self, num_envs: int, share: float = 1.0, max_steps: int | None = None,
+                 seed: int = 0, speed: float = 1.0) -> None:  # fmt: skip
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"share: must be between 0 and 1, not {share}")
+        self.share, self.max_steps, self.speed = share, max_steps, speed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.chosen = torch.zeros(num_envs, dtype=torch.bool)
+
+    def episode_ended(self, done: torch.Tensor) -> None:
+        draw = torch.rand(done.shape[0], generator=self.generator) < self.share
+        self.chosen = torch.where(done, draw, self.chosen)
+
+    def act(
+        self, obs: torch.Tensor, episode_step: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        to_goal = obs[:, 4:7]  # goal marker minus effector (BuiltinReachEnv._observe)
+        task = obs[:, -len(TASK_NAMES) :].argmax(1)  # the task's one-hot comes last
+        direction = to_goal / to_goal.norm(dim=1, keepdim=True).clamp_min(1e-6)
+        actions = torch.zeros(obs.shape[0], 7)
+        actions[:, :3] = direction * self.speed
+        actions[:, 6] = torch.where(task >= NUM_MARKERS, 1.0, -1.0)
+        active = self.chosen.clone()
+        if self.max_steps is not None:
+            active &= episode_step < self.max_steps
+        return actions, active
