@@ -35,10 +35,12 @@ class RLPDSettings:
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     temperature_lr: float = 3e-4
-    init_temperature: float = 1.0
+    init_temperature: float = 0.01
     target_entropy: float | None = None  # default: -action_dim / 2
     cta_ratio: int = 2
-    backup_entropy: bool = True  # subtract α·log π(a'|s') in the target
+    # Subtract α·log π(a'|s') in the target. Off by default, as in HIL-SERL: with a
+    # sparse reward of 1 the entropy bonus (several nats per step) swamps it.
+    backup_entropy: bool = False
 
     def __post_init__(self) -> None:
         if self.cta_ratio < 1:

@@ -20,6 +20,20 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class InterventionConfig(Section):
+    source: Literal["none", "scripted"] = Field(
+        "none",
+        description="Who may take over env copies: none, or scripted (a test operator "
+        "that steers the built-in env's effector to the goal).",
+    )
+    share: float = Field(
+        0.2, ge=0, le=1, description="Share of episodes the scripted operator takes over."
+    )
+    max_steps: PositiveInt | None = Field(
+        None, description="Steps of an episode the operator holds at most; null: all."
+    )
+
+
 class EnvConfig(Section):
     name: str = Field("builtin_reach", description="Env family from trainer.envs' registry.")
     suite: str | None = Field(
@@ -57,6 +71,7 @@ class EnvConfig(Section):
         50, description="Size of each task's fixed init-state set (built-in env)."
     )
     seed: int = Field(0, description="Seed of the env's init-state sets.")
+    interventions: InterventionConfig = InterventionConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -119,8 +134,70 @@ class RewardFilterConfig(Section):
     )
 
 
+class RLPDConfig(Section):
+    """RLPD (seed 004): soft actor-critic on an online buffer and a demo buffer."""
+
+    batch_size: PositiveInt = Field(256, description="Transitions per update batch.")
+    demo_fraction: float = Field(
+        0.5, ge=0, le=1, description="Share of each batch drawn from the demo buffer."
+    )
+    training_starts: int = Field(
+        200, ge=0, description="Online transitions collected before the first update."
+    )
+    online_capacity: PositiveInt = Field(100_000, description="Online buffer size.")
+    demo_capacity: PositiveInt = Field(
+        20_000, description="Demo buffer size (demos, then interventions)."
+    )
+    demos: str | None = Field(
+        None, description="A .npz demo file (trainer/data/demos.py) loaded at the start."
+    )
+    updates_per_step: PositiveInt = Field(
+        1, description="Update rounds (each cta_ratio updates) per step of the env copies."
+    )
+    cta_ratio: PositiveInt = Field(
+        2, description="Updates per round: cta_ratio - 1 critic-only, then one joint."
+    )
+    discount: float = Field(0.97, ge=0, le=1, description="Discount per env action.")
+    tau: float = Field(0.005, gt=0, le=1, description="Polyak step of the target critics.")
+    critic_ensemble: PositiveInt = Field(10, description="Critics in the ensemble.")
+    critic_subsample: PositiveInt = Field(
+        2, description="Random critics whose minimum makes the target."
+    )
+    layer_norm: bool = Field(True, description="LayerNorm in the critics.")
+    hidden_sizes: list[PositiveInt] = Field(
+        [256, 256], min_length=1, description="Hidden widths of the actor and critics."
+    )
+    actor_lr: float = Field(3e-4, gt=0, description="Adam step size of the actor.")
+    critic_lr: float = Field(3e-4, gt=0, description="Adam step size of the critics.")
+    temperature_lr: float = Field(3e-4, gt=0, description="Adam step size of the temperature.")
+    init_temperature: float = Field(0.01, gt=0, description="Initial entropy temperature.")
+    backup_entropy: bool = Field(
+        False,
+        description="Subtract the entropy term in the critics' target (soft Q); off, as in "
+        "HIL-SERL, so a sparse success reward is not swamped by it.",
+    )
+    target_entropy: float | None = Field(None, description="null: -action_dim / 2.")
+    buffer_snapshot_every: int = Field(
+        0,
+        ge=0,
+        description="Iterations between snapshots of both buffers (resume restores them); "
+        "0: with every checkpoint.",
+    )
+
+    @model_validator(mode="after")
+    def _subsample_fits(self) -> RLPDConfig:
+        if self.critic_subsample > self.critic_ensemble:
+            raise ValueError(
+                f"critic_subsample ({self.critic_subsample}) exceeds critic_ensemble "
+                f"({self.critic_ensemble})"
+            )
+        return self
+
+
 class AlgorithmConfig(Section):
-    name: Literal["ppo", "grpo", "rloo"] = Field("ppo", description="ppo, grpo or rloo.")
+    name: Literal["ppo", "grpo", "rloo", "rlpd"] = Field(
+        "ppo", description="ppo, grpo, rloo (on-policy) or rlpd (off-policy, with demos)."
+    )
     group_size: PositiveInt = Field(1, description="Rollouts per group (GRPO/RLOO).")
     init_states: Literal["per_group", "per_rollout"] = Field(
         "per_group",
@@ -146,6 +223,7 @@ class AlgorithmConfig(Section):
     plan_reward_coef: float = Field(0.0, ge=0, description="Plan reward: coef x H / base_h.")
     base_h: float = Field(5.0, gt=0, description="Plan reward: the horizon worth coef.")
     reward_filter: RewardFilterConfig = RewardFilterConfig()
+    rlpd: RLPDConfig = RLPDConfig()
 
 
 class RunnerConfig(Section):

@@ -90,7 +90,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"snapshot capacity {state['capacity']} differs from the buffer's {self.capacity}"
             )
-        self.fields, self.size = {}, 0
+        self.fields, self.size, self.cursor = {}, 0, 0
         if state["fields"]:
             self.add(state["fields"])  # allocates and fills rows [0, size)
         self.cursor, self.size, self.added = state["cursor"], state["size"], state["added"]

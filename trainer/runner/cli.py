@@ -98,14 +98,27 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         resume = args.resume or (args.resume_if_any and has_checkpoint(config))
         reporter = RunReporter(link, config)
         plan = distributed_plan(config)
+        if plan is not None and config.algorithm.name == "rlpd":
+            raise ConfigError.single(
+                "cluster.component_placement",
+                "rlpd runs its actor and learner in one process so far: place one actor "
+                "process and no env workers",
+            )
         if plan is not None:
             return _train_distributed(config, plan, resume, reporter)
         reporter.started(resume=resume)
         _placed(reporter, [ProcessReport.here("actor", 0, 0)])
-        runner = OnPolicyRunner(
-            config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
-            on_recovery=reporter.recovered,
-        )  # fmt: skip
+        if config.algorithm.name == "rlpd":
+            from trainer.runner.rlpd_runner import RLPDRunner  # only what the config needs
+
+            runner = RLPDRunner(
+                config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint
+            )
+        else:
+            runner = OnPolicyRunner(
+                config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
+                on_recovery=reporter.recovered,
+            )  # fmt: skip
         try:
             with StopRequest() as stop:
                 history = runner.learn(resume=resume, should_stop=stop.is_set)

@@ -98,6 +98,7 @@ def test_a_snapshot_round_trip_restores_rows_order_and_counters(tmp_path):
     buffer.add(transitions(4, 5))  # wrapped around
     torch.save(buffer.state_dict(), tmp_path / "buffer.pt")
     restored = ReplayBuffer(6)
+    restored.add(transitions(50, 2))  # what it held before is replaced
     restored.load_state_dict(torch.load(tmp_path / "buffer.pt"))
     assert restored.ordered()["id"].tolist() == [3, 4, 5, 6, 7, 8]
     assert restored.added == 9 and len(restored) == 6

@@ -1,0 +1,339 @@
+"""RLPD's loop in one process (seed 004): the env copies act with the latest actor,
+every transition goes into the online buffer (and a human's into the demo buffer too),
+and the learner updates on 50/50 batches as the copies step.
+
+An iteration runs every copy through one episode of the iteration's task (tasks in
+turn, init states by the circular cursors of seed 001), so per-task success is counted
+like the on-policy runs' and charted the same way (`counts/task{T}/...`). Before
+`training_starts` online transitions the copies act uniformly at random.
+
+Checkpoints hold the learner, the cursors and the random generators; both buffers are
+saved beside them (`buffers/`) every `buffer_snapshot_every` iterations and restored
+on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.algorithms.metrics import rates_from_counts
+from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
+from trainer.config.errors import ConfigError
+from trainer.config.loading import dump_config
+from trainer.config.schema import ExperimentConfig
+from trainer.data.demos import DemoFileError, load_demos
+from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, transition_batch
+from trainer.data.samplers import InitStateSampler, TaskCursor
+from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
+from trainer.envs.libero_setup import LiberoNotInstalledError
+from trainer.envs.registry import UnknownEnvError, make_vector_env
+from trainer.envs.vector_env import VectorEnv
+from trainer.runner.build import env_options
+from trainer.runner.checkpoints import (
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from trainer.runner.metrics_log import JsonlMetricsLog
+from trainer.runner.on_policy_runner import NothingToResumeError, run_folder
+from trainer.runner.progress import ProgressBar
+from trainer.runner.tensorboard_log import TensorBoardLog
+
+log = logging.getLogger(__name__)
+
+MetricsCallback = Callable[[int, dict[str, float]], None]
+CheckpointCallback = Callable[[int, Path], None]
+
+
+def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
+    r = config.algorithm.rlpd
+    return RLPDSettings(
+        discount=r.discount, tau=r.tau, critic_ensemble=r.critic_ensemble,
+        critic_subsample=r.critic_subsample, layer_norm=r.layer_norm,
+        hidden_sizes=tuple(r.hidden_sizes), actor_lr=r.actor_lr, critic_lr=r.critic_lr,
+        temperature_lr=r.temperature_lr, init_temperature=r.init_temperature,
+        target_entropy=r.target_entropy, cta_ratio=r.cta_ratio,
+        backup_entropy=r.backup_entropy,
+    )  # fmt: skip
+
+
+def build_env(config: ExperimentConfig) -> VectorEnv:
+    """The run's env copies, wrapped for interventions when a source is configured."""
+    if config.env.camera:
+        raise ConfigError.single("env.camera", "rlpd learns from state observations only")
+    try:
+        env = make_vector_env(
+            config.env.name, num_envs=config.env.num_parallel_envs,
+            num_workers=config.env.num_workers, **env_options(config),
+        )  # fmt: skip
+    except (UnknownEnvError, LiberoNotInstalledError) as error:
+        raise ConfigError.single("env.name", str(error)) from None
+    except ValueError as error:
+        raise ConfigError.single("env", str(error)) from None
+    interventions = config.env.interventions
+    if interventions.source == "scripted":
+        if config.env.name != "builtin_reach":
+            env.close()
+            raise ConfigError.single(
+                "env.interventions.source", "the scripted operator drives the built-in env only"
+            )
+        operator = ScriptedReachOperator(
+            env.num_envs, share=interventions.share, max_steps=interventions.max_steps,
+            seed=config.runner.seed,
+        )  # fmt: skip
+        env = InterventionEnv(env, operator)
+    return env
+
+
+class RLPDRunner:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        output_dir: Path | None = None,
+        on_metrics: MetricsCallback | None = None,
+        on_checkpoint: CheckpointCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.output_dir = Path(output_dir) if output_dir else run_folder(config)
+        self.on_metrics, self.on_checkpoint = on_metrics, on_checkpoint
+        if config.runner.torch_threads:
+            torch.set_num_threads(config.runner.torch_threads)
+        torch.manual_seed(config.runner.seed)
+        self.generator = torch.Generator().manual_seed(config.runner.seed)
+        self.env = build_env(config)
+        if len(self.env.obs_shape) != 1:
+            raise ConfigError.single("env", "rlpd needs flat state observations")
+        task_ids = list(config.env.task_ids or range(self.env.num_tasks))
+        bad = [t for t in task_ids if not 0 <= t < self.env.num_tasks]
+        if bad:
+            known = f"0..{self.env.num_tasks - 1}"
+            raise ConfigError.single(
+                "env.task_ids", f"{config.env.name} has tasks {known}, not {bad}"
+            )
+        r = config.algorithm.rlpd
+        self.learner = RLPDLearner(
+            self.env.obs_shape[0], self.env.action_dim, rlpd_settings(config)
+        )
+        self.online, self.demo = ReplayBuffer(r.online_capacity), ReplayBuffer(r.demo_capacity)
+        self.demos_loaded = 0
+        if r.demos:
+            try:
+                demos = load_demos(r.demos)
+            except DemoFileError as error:
+                raise ConfigError.single("algorithm.rlpd.demos", str(error)) from None
+            self.demo.add(demos)
+            self.demos_loaded = int(demos["obs"].shape[0])
+        self.sampler = MixedSampler(
+            self.online, self.demo, r.batch_size, r.demo_fraction, r.training_starts
+        )
+        self.task_cursor = TaskCursor(task_ids)
+        self.init_states = InitStateSampler(
+            {task: int(self.env.init_states(task).shape[0]) for task in task_ids}
+        )
+        self.iteration = 0
+        self.total_env_steps = 0
+        self.metrics_log = JsonlMetricsLog(self.output_dir / "metrics.jsonl")
+        self.checkpoint_dir = self.output_dir / "checkpoints"
+        self.buffer_dir = self.output_dir / "buffers"
+
+    # ----- one iteration -----------------------------------------------------------
+    def _act(self, obs: torch.Tensor) -> torch.Tensor:
+        if len(self.online) < self.config.algorithm.rlpd.training_starts:
+            return torch.rand(obs.shape[0], self.env.action_dim, generator=self.generator) * 2 - 1
+        return self.learner.actor.act(obs)
+
+    def train_iteration(self) -> dict[str, float]:
+        task_id = self.task_cursor.current()
+        indices = self.init_states.take(task_id, self.env.num_envs)
+        obs = self.env.reset(task_id, self.env.init_states(task_id)[indices])
+        copies = self.env.num_envs
+        running = torch.ones(copies, dtype=torch.bool)
+        success = torch.zeros(copies, dtype=torch.bool)
+        returns, lengths = torch.zeros(copies), torch.zeros(copies)
+        intervened_steps = torch.zeros(copies)
+        update_metrics: list[dict[str, float]] = []
+        update_seconds, started = 0.0, time.monotonic()
+        updates_per_step = self.config.algorithm.rlpd.updates_per_step
+        while bool(running.any()):
+            actions = self._act(obs)
+            step = self.env.step(actions)
+            rows = transition_batch(obs, actions, step)
+            add_transitions(self.online, self.demo, {k: v[running] for k, v in rows.items()})
+            returns += torch.where(running, step.reward, 0.0)
+            lengths += running.float()
+            intervened_steps += (running & rows["intervened"]).float()
+            success |= running & step.success
+            running &= ~step.done
+            obs = step.obs
+            if self.sampler.ready():
+                update_started = time.monotonic()
+                for _ in range(updates_per_step):
+                    update_metrics.append(self.learner.update(self._sample))
+                update_seconds += time.monotonic() - update_started
+        elapsed = time.monotonic() - started
+        env_steps = int(lengths.sum())
+        self.total_env_steps += env_steps
+        self.iteration += 1
+        self.task_cursor.advance()
+        counts: Counter[str] = Counter(
+            episodes=float(copies), successes=float(success.sum()),
+            return_sum=float(returns.sum()), length_sum=float(lengths.sum()),
+        )  # fmt: skip
+        counts[f"task{task_id}_success_count"] = float(success.sum())
+        counts[f"task{task_id}_total_count"] = float(copies)
+        metrics = rates_from_counts(counts)
+        metrics.update(_mean(update_metrics))
+        intervened = intervened_steps > 0
+        unassisted = ~intervened
+        if bool(unassisted.any()):  # what the policy achieved on its own
+            metrics["rollout/unassisted_success_rate"] = float(success[unassisted].float().mean())
+        metrics.update(
+            {
+                "rollout/task_id": float(task_id),
+                "interventions/episodes": float(intervened.sum()),
+                "interventions/steps": float(intervened_steps.sum()),
+                "interventions/rate": float(intervened_steps.sum()) / max(env_steps, 1),
+                "buffers/online": float(len(self.online)),
+                "buffers/demo": float(len(self.demo)),
+                "rlpd/updates": float(self.learner.updates),
+                "charts/update_rate": len(update_metrics)
+                * self.config.algorithm.rlpd.cta_ratio
+                / max(update_seconds, 1e-9),
+                "charts/SPS": env_steps / max(elapsed - update_seconds, 1e-9),
+                "charts/env_steps": float(self.total_env_steps),
+                "charts/iteration_seconds": elapsed,
+            }
+        )
+        return metrics
+
+    @torch.no_grad()
+    def evaluate(self, task_ids: list[int] | None = None) -> float:
+        """Success rate of the deterministic policy, no one intervening: every copy runs
+        one episode of each task from the task's first init states."""
+        env = self.env.env if isinstance(self.env, InterventionEnv) else self.env
+        successes = episodes = 0
+        for task_id in task_ids or self.task_cursor.tasks:
+            states = env.init_states(task_id)
+            index = torch.arange(env.num_envs) % states.shape[0]
+            obs = env.reset(task_id, states[index])
+            running = torch.ones(env.num_envs, dtype=torch.bool)
+            while bool(running.any()):
+                step = env.step(self.learner.actor.act(obs, deterministic=True))
+                successes += int((running & step.success).sum())
+                running &= ~step.done
+                obs = step.obs
+            episodes += env.num_envs
+        return successes / episodes
+
+    def _sample(self) -> dict[str, torch.Tensor]:
+        batch = self.sampler.sample(self.generator)
+        batch.pop("from_demo")
+        return batch
+
+    # ----- the loop ----------------------------------------------------------------
+    def learn(
+        self, resume: bool = False, should_stop: Callable[[], bool] | None = None
+    ) -> list[dict[str, float]]:
+        if resume:
+            self.restore()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(dump_config(self.config))
+        self.metrics_log.truncate_after(self.iteration)
+        tensorboard = TensorBoardLog(self.output_dir, resume_from=self.iteration)
+        total = self.config.runner.iterations
+        progress = ProgressBar(total, start=self.iteration) if self.config.runner.progress else None
+        history = []
+        try:
+            while self.iteration < total:
+                metrics = self.train_iteration()
+                history.append(metrics)
+                self.metrics_log.append(self.iteration, metrics)
+                tensorboard.append(self.iteration, metrics)
+                if self.on_metrics is not None:
+                    self.on_metrics(self.iteration, metrics)
+                stopping = should_stop is not None and should_stop()
+                every = self.config.runner.checkpoint_every
+                if stopping or self.iteration % every == 0 or self.iteration == total:
+                    path = self.save(with_buffers=stopping or self.iteration == total)
+                    if self.on_checkpoint is not None:
+                        self.on_checkpoint(self.iteration, path)
+                if progress is not None:
+                    progress.update(self.iteration, _summary(metrics))
+                if stopping:
+                    break
+        finally:
+            tensorboard.close()
+        return history
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ----- checkpoints -------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "learner": self.learner.state_dict(),
+            "total_env_steps": self.total_env_steps,
+            "task_cursor": self.task_cursor.position,
+            "init_states": self.init_states.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "sampling_rng": self.generator.get_state(),
+            "config": self.config.model_dump(mode="json"),
+        }
+
+    def save(self, with_buffers: bool = False) -> Path:
+        every = self.config.algorithm.rlpd.buffer_snapshot_every
+        if with_buffers or every == 0 or self.iteration % every == 0:
+            self._save_buffers()
+        return save_checkpoint(self.checkpoint_dir, self.iteration, self.state_dict())
+
+    def _save_buffers(self) -> None:
+        state = {"online": self.online.state_dict(), "demo": self.demo.state_dict()}
+        path = save_checkpoint(self.buffer_dir, self.iteration, state)
+        for older in self.buffer_dir.glob("iter_*.pt"):  # one snapshot is enough
+            if older != path:
+                older.unlink()
+
+    def restore(self, path: Path | None = None) -> Path:
+        path = path or latest_checkpoint(self.checkpoint_dir)
+        if path is None:
+            raise NothingToResumeError(f"no checkpoint to resume in {self.checkpoint_dir}")
+        state = load_checkpoint(path)
+        self.iteration = state["iteration"]
+        self.learner.load_state_dict(state["learner"])
+        self.total_env_steps = state["total_env_steps"]
+        self.task_cursor.position = state["task_cursor"]
+        self.init_states.load_state_dict(state["init_states"])
+        torch.set_rng_state(state["torch_rng"])
+        self.generator.set_state(state["sampling_rng"])
+        buffers = latest_checkpoint(self.buffer_dir)
+        if buffers is not None:
+            saved = load_checkpoint(buffers)
+            self.online.load_state_dict(saved["online"])
+            self.demo.load_state_dict(saved["demo"])
+            if buffers != checkpoint_path(self.buffer_dir, self.iteration):
+                log.warning("resumed iteration %d with the buffers of %s", self.iteration, buffers)
+        return path
+
+
+def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    if not rows:
+        return {}
+    keys = set().union(*rows)
+    return {k: sum(r[k] for r in rows if k in r) / sum(k in r for r in rows) for k in keys}
+
+
+def _summary(metrics: dict[str, float]) -> str:
+    return (
+        f"success {metrics.get('rollout/success_rate', 0.0):.2f} "
+        f"Q {metrics.get('rlpd/q_predicted', 0.0):.2f} "
+        f"demo {metrics.get('buffers/demo', 0.0):.0f}"
+    )
