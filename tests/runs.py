@@ -12,17 +12,17 @@ from controlplane.runs.state import transition
 CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
 
 
-def queued_run(experiment: str | Experiment) -> Run:
-    """A queued run of `experiment` (created with the example config when named)."""
+def queued_run(experiment: str | Experiment, config: str = CONFIG) -> Run:
+    """A queued run of `experiment` (created with `config` when named)."""
     if isinstance(experiment, str):
-        experiment = create_experiment(experiment, CONFIG)
+        experiment = create_experiment(experiment, config)
     return Run.objects.create(
-        experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
+        experiment=experiment, revision=experiment.latest_revision, config_yaml=config
     )
 
 
-def submitted_run(experiment: str | Experiment) -> Run:
-    run = queued_run(experiment)
+def submitted_run(experiment: str | Experiment, config: str = CONFIG) -> Run:
+    run = queued_run(experiment, config)
     transition(run.pk, RunState.SUBMITTING)
     run.refresh_from_db()
     return run

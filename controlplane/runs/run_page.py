@@ -109,12 +109,23 @@ def planning_horizons(run: Run) -> list[int]:
         return []
 
 
+def algorithm_name(run: Run) -> str:
+    """The run's `algorithm.name` (its charts differ: RLPD has Q values, buffers,
+    interventions); ppo, the default, when the config does not say."""
+    try:
+        config = yaml.safe_load(run.config_yaml) or {}
+        return str((config.get("algorithm") or {}).get("name") or "ppo")
+    except (yaml.YAMLError, AttributeError):
+        return "ppo"
+
+
 def chart_context(run: Run) -> dict[str, Any]:
     """What the page's charts script needs to start, as JSON for `json_script`."""
     return {
         "run": run.pk,
         "label": run_label(run),
         "horizons": planning_horizons(run),
+        "algorithm": algorithm_name(run),
         "state": run.state,
         "active": run.is_active,
         "started_at": run.started_at.isoformat() if run.started_at else None,

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from playwright.sync_api import expect
@@ -307,3 +308,49 @@ def test_a_finished_run_renders_its_stored_charts(page):
         page, "success", lambda d: d["success"]["y"][-1] < 12 / TOTAL, "the smoothed line"
     )
     assert smoothed["success"]["max"][-1] == pytest.approx(12 / TOTAL)  # the raw band stays
+
+
+def rlpd_iteration(step: int) -> dict[str, float]:
+    """What an RLPD run reports per iteration (trainer/runner/rlpd_runner.py)."""
+    return {
+        "rollout/success_rate": min(1.0, step / 10),
+        "rollout/unassisted_success_rate": min(1.0, step / 20),
+        "rollout/episode_return": min(1.0, step / 10),
+        "rlpd/q_predicted": 0.1 * step,
+        "rlpd/q_target": 0.1 * step + 0.01,
+        "rlpd/critic_loss": 1.0 / step,
+        "rlpd/actor_loss": -0.1 * step,
+        "rlpd/temperature": 0.01 / step,
+        "rlpd/entropy": 2.0 - 0.1 * step,
+        "interventions/rate": 0.5 / step,
+        "buffers/online": 320.0 * step,
+        "buffers/demo": 41.0 + 10 * step,
+        "charts/SPS": 500.0,
+        "charts/update_rate": 90.0,
+        "charts/env_steps": 320.0 * step,
+    }
+
+
+def test_an_rlpd_run_charts_q_values_temperature_interventions_and_buffers(page):
+    config = (settings.BASE_DIR / "examples/builtin_rlpd.yaml").read_text()
+    run = submitted_run("rlpd-page", config)
+    link = TrainerLink(page.web.url, run.pk, make_run_token(run.pk))
+    for step in (1, 2, 3):
+        link.metrics(step, rlpd_iteration(step))
+    wait_until(lambda: link.pending() == 0, 30, "the link's acknowledgements")
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    expect(page.locator("[ws-connect] .live-dot.on")).to_be_visible(timeout=15_000)
+    q = wait_drawn(page, "q_values", lambda d: d["predicted Q"]["x"] == [1, 2, 3], "Q values")
+    assert q["target Q"]["y"] == pytest.approx([0.11, 0.21, 0.31])
+    link.metrics(4, rlpd_iteration(4))  # live
+    buffers = wait_drawn(page, "buffers", lambda d: d["demo"]["x"] == [1, 2, 3, 4], "buffers")
+    assert buffers["online"]["y"] == [320.0, 640.0, 960.0, 1280.0]
+    assert drawn(page, "interventions")["intervened steps"]["y"] == pytest.approx(
+        [0.5, 0.25, 0.5 / 3, 0.125]
+    )
+    temperature = drawn(page, "temperature")
+    assert temperature["temperature"]["y"][-1] == pytest.approx(0.0025)
+    success = drawn(page, "success")
+    assert success["without intervention"]["y"] == pytest.approx([0.05, 0.1, 0.15, 0.2])
+    assert drawn(page, "kl") is None  # no policy-gradient charts on an off-policy run
+    link.close(timeout=30)

@@ -20,7 +20,11 @@
   const SUCCESS = "rollout/success_rate";
   const HORIZON_KEY = /^rollout\/plan_success_rate_h(\d+)$/;
   const TASK_KEY = /^rollout\/success_rate_task_/;
-  const PATTERNS = [
+  const OFF_POLICY = context.algorithm === "rlpd";
+  const PATTERNS = OFF_POLICY ? [
+    SUCCESS, "rollout/unassisted_success_rate", "rollout/episode_return", "rlpd/*",
+    "interventions/rate", "buffers/*", "charts/SPS", "charts/update_rate", "charts/env_steps",
+  ] : [
     SUCCESS, "rollout/plan_success_rate_h*", "rollout/episode_return",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
     "losses/clip_fraction", "charts/SPS", "charts/iteration_seconds",
@@ -53,7 +57,26 @@
       line("charts/SPS", "env steps/s", 5), line("charts/iteration_seconds", "iteration s", 7, { scale: "seconds" })] },
     { name: "learning_rate", title: "Learning rate", linesFor: () => [line("charts/learning_rate", "learning rate", 8)] },
   ];
-  const charts = SPECS.map((spec) => {
+  // RLPD (off-policy): Q values, temperature, interventions and buffer fill instead of
+  // the policy-gradient losses; no planning horizons.
+  const OFF_POLICY_SPECS = [
+    { name: "success", title: "Success rate", yRange: [0, 1], linesFor: () => [
+      line(SUCCESS, "success", 0), line("rollout/unassisted_success_rate", "without intervention", 1)] },
+    { name: "return", title: "Episode return", linesFor: () => [line("rollout/episode_return", "return", 2)] },
+    { name: "q_values", title: "Q values", linesFor: () => [
+      line("rlpd/q_predicted", "predicted Q", 0), line("rlpd/q_target", "target Q", 1)] },
+    { name: "rlpd_loss", title: "Critic and actor loss", linesFor: () => [
+      line("rlpd/critic_loss", "critic loss", 3), line("rlpd/actor_loss", "actor loss", 4, { scale: "value" })] },
+    { name: "temperature", title: "Temperature and entropy", linesFor: () => [
+      line("rlpd/temperature", "temperature", 5), line("rlpd/entropy", "entropy", 6, { scale: "value" })] },
+    { name: "interventions", title: "Intervention rate", yRange: [0, 1], linesFor: () => [
+      line("interventions/rate", "intervened steps", 7)] },
+    { name: "buffers", title: "Buffer fill", linesFor: () => [
+      line("buffers/online", "online", 0), line("buffers/demo", "demo", 1, { scale: "value" })] },
+    { name: "throughput", title: "Throughput", linesFor: () => [
+      line("charts/SPS", "env steps/s", 5), line("charts/update_rate", "updates/s", 8, { scale: "value" })] },
+  ];
+  const charts = (OFF_POLICY ? OFF_POLICY_SPECS : SPECS).map((spec) => {
     const box = document.createElement("figure");
     box.className = "chart";
     box.dataset.chart = spec.name;
