@@ -11,6 +11,11 @@ browser's WebSocket on the run page (`/ws/runs/<id>/`, a logged-in session cooki
 receives the point, with 10 runs streaming at once; against a bare WebSocket echo
 route (bench/telemetry_asgi.py) on the same server, round trip, same message rate.
 
+`telemetry_latency_relay_floor`: the same p99 of ours against the floor of the path a
+point takes: publishers at the same rate and size whose messages the same server only
+passes through the channel layer to a browser socket each (no validation, storage or
+acknowledgement).
+
 Needs PostgreSQL and Redis (the deployment's channel layer); by default the databases
 `armature_series` on 127.0.0.1:5432 and Redis db 14 (override with DATABASE_URL and
 REDIS_URL). The database is migrated and its bench rows removed at the end.
@@ -139,16 +144,17 @@ def bare_copy(experiment, user, steps: int, keys: int) -> float:
 
 
 async def browser_latencies(
-    ws_base: str, run_ids: list[int], cookie: str, origin: str, stop_at: float, ready
+    urls: list[str], cookie: str, origin: str, stop_at: float, ready
 ) -> list[float]:
-    """Seconds from each point's send time (its `time`) to its arrival, over every run."""
+    """Seconds from each point's send time (its `time`) to its arrival, over every
+    socket (one per run)."""
     from websockets.asyncio.client import connect
 
     latencies: list[float] = []
 
-    async def watch(run_id: int) -> None:
+    async def watch(url: str) -> None:
         async with connect(
-            f"{ws_base}/ws/runs/{run_id}/",
+            url,
             additional_headers={"Cookie": f"sessionid={cookie}", "Origin": origin},
             max_size=None,
         ) as socket:
@@ -166,54 +172,73 @@ async def browser_latencies(
                         latencies.append(now - frame["time"])
                         seen += 1
 
-    await asyncio.gather(*(watch(run_id) for run_id in run_ids))
+    await asyncio.gather(*(watch(url) for url in urls))
     return latencies
 
 
 def stream_runs(base: str, runs: list, keys: int, seconds: float) -> None:
-    """Each run's trainer sends LATENCY_RATE_HZ metrics messages a second, stamped with
-    the send time, from its own link (one background thread each, as in a trainer)."""
+    """Each run's trainer, a process of its own as trainers are, sends LATENCY_RATE_HZ
+    metrics messages a second through its link, stamped with the send time. (Ten links
+    in one process measured the GIL instead: ten link threads polling their sockets.)"""
+    import multiprocessing
+
     from controlplane.runs.tokens import make_run_token
+
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 5.0  # every trainer imported and connected by then
+    trainers = [
+        context.Process(
+            target=one_trainer,
+            args=(base, run.pk, make_run_token(run.pk), keys, start_at, seconds),
+        )
+        for run in runs
+    ]
+    for trainer in trainers:
+        trainer.start()
+    for trainer in trainers:
+        trainer.join(timeout=start_at - time.time() + seconds + 60)
+
+
+def one_trainer(base: str, run_id: int, token: str, keys: int, start_at: float,
+                seconds: float) -> None:  # fmt: skip
     from trainer.link.client import TrainerLink
 
-    links = [TrainerLink(base, run.pk, make_run_token(run.pk)) for run in runs]
+    link = TrainerLink(base, run_id, token)
     period = 1 / LATENCY_RATE_HZ
+    time.sleep(max(0.0, start_at - time.time()))
     step, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         tick = time.monotonic()
-        for link in links:
-            link.metrics(step, step_values(keys, step), at=time.time())
+        link.metrics(step, step_values(keys, step), at=time.time())
         step += 1
         time.sleep(max(0.0, period - (time.monotonic() - tick)))
-    for link in links:
-        link.close()
+    link.close()
 
 
-def watch_browsers(ws_base, run_ids, cookie, origin, stop_at, ready, results) -> None:
+def watch_browsers(urls, cookie, origin, stop_at, ready, results) -> None:
     """A browser process: its own interpreter, as browsers are not in the trainers'."""
-    results.put(asyncio.run(browser_latencies(ws_base, run_ids, cookie, origin, stop_at, ready)))
+    results.put(asyncio.run(browser_latencies(urls, cookie, origin, stop_at, ready)))
 
 
-def latency_ours(base: str, experiment, user, cookie: str) -> float:
+def p99_at_browsers(base: str, urls: list[str], cookie: str, send) -> float:
+    """p99 ms of the points `send()` streams, as received on `urls` by a browser process
+    (one socket per run, open before the first send)."""
     import multiprocessing
 
-    runs = [new_run(experiment, user) for _ in range(LATENCY_RUNS)]
     context = multiprocessing.get_context("spawn")
     ready, results = context.Semaphore(0), context.Queue()
     stop_at = time.time() + LATENCY_SECONDS + LATE_S
     browsers = context.Process(
-        target=watch_browsers,
-        args=(base.replace("http://", "ws://"), [r.pk for r in runs], cookie, base, stop_at,
-              ready, results),
-    )  # fmt: skip
+        target=watch_browsers, args=(urls, cookie, base, stop_at, ready, results)
+    )
     browsers.start()
-    for _ in runs:
+    for _ in urls:
         if not ready.acquire(timeout=30):
             raise RuntimeError("a browser socket did not open")
-    stream_runs(base, runs, LATENCY_KEYS, LATENCY_SECONDS)
+    send()
     found = results.get(timeout=60)
     browsers.join()
-    expected = LATENCY_RUNS * LATENCY_RATE_HZ * LATENCY_SECONDS
+    expected = len(urls) * LATENCY_RATE_HZ * LATENCY_SECONDS
     print(
         f"  browsers got {len(found)} points messages; p50 {percentile(found, 50) * 1000:.1f} "
         f"ms, p90 {percentile(found, 90) * 1000:.1f} ms, max {max(found) * 1000:.0f} ms"
@@ -223,6 +248,42 @@ def latency_ours(base: str, experiment, user, cookie: str) -> float:
         print(f"  {missing} points messages never reached a browser in the window")
         found += [LATENCY_SECONDS + LATE_S] * missing
     return percentile(found, 99) * 1000
+
+
+def latency_ours(base: str, experiment, user, cookie: str) -> float:
+    runs = [new_run(experiment, user) for _ in range(LATENCY_RUNS)]
+    ws_base = base.replace("http://", "ws://")
+    urls = [f"{ws_base}/ws/runs/{run.pk}/" for run in runs]
+    return p99_at_browsers(
+        base, urls, cookie, lambda: stream_runs(base, runs, LATENCY_KEYS, LATENCY_SECONDS)
+    )
+
+
+def latency_relay(base: str, cookie: str) -> float:
+    """The floor under ours: LATENCY_RUNS publishers at the same rate and message size
+    whose messages the server only passes through the channel layer to a browser
+    socket each (bench/telemetry_asgi.py's relay), with no validation, storage or
+    acknowledgement."""
+    from websockets.asyncio.client import connect
+
+    ws_base = base.replace("http://", "ws://")
+    values = step_values(LATENCY_KEYS, 0)
+
+    async def publish(n: int) -> None:
+        async with connect(f"{ws_base}/bench/relay/{n}/pub", max_size=None) as socket:
+            step, deadline = 0, time.monotonic() + LATENCY_SECONDS
+            while time.monotonic() < deadline:
+                tick = time.monotonic()
+                frame = {"type": "metrics", "step": step, "time": time.time(), "values": values}
+                await socket.send(json.dumps(frame))
+                step += 1
+                await asyncio.sleep(max(0.0, 1 / LATENCY_RATE_HZ - (time.monotonic() - tick)))
+
+    async def publish_all() -> None:
+        await asyncio.gather(*(publish(n) for n in range(LATENCY_RUNS)))
+
+    urls = [f"{ws_base}/bench/relay/{n}/sub" for n in range(LATENCY_RUNS)]
+    return p99_at_browsers(base, urls, cookie, lambda: asyncio.run(publish_all()))
 
 
 def latency_echo(base: str) -> float:
@@ -280,6 +341,7 @@ def main() -> None:
     copy: list[float] = []
     ours_p99: list[float] = []
     echo_p99: list[float] = []
+    relay_p99: list[float] = []
     try:
         # /healthz would answer 503 here: no Ray head or worker runs, and none is needed.
         wait_until(lambda: http_ok(f"{base}/login/"), 60, "the web server")
@@ -291,7 +353,12 @@ def main() -> None:
         for _ in range(args.repeats if args.only != "ingest" else 0):
             ours_p99.append(latency_ours(base, experiment, user, cookie))
             echo_p99.append(latency_echo(base))
-            print(f"p99 ms: ours {ours_p99[-1]:.1f}, echo {echo_p99[-1]:.1f}", flush=True)
+            relay_p99.append(latency_relay(base, cookie))
+            print(
+                f"p99 ms: ours {ours_p99[-1]:.1f}, echo {echo_p99[-1]:.1f}, "
+                f"relay {relay_p99[-1]:.1f}",
+                flush=True,
+            )
     finally:
         stop(server)
         experiment.runs.all().delete()
@@ -303,6 +370,8 @@ def main() -> None:
     if ours_p99:
         report("telemetry_latency_p99", statistics.median(ours_p99), statistics.median(echo_p99),
                "ms", "lower")  # fmt: skip
+        report("telemetry_latency_relay_floor", statistics.median(ours_p99),
+               statistics.median(relay_p99), "ms", "lower")  # fmt: skip
 
 
 def report(name: str, ours: float, baseline: float, unit: str, better: str) -> None:

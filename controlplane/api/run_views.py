@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.experiment_views import config_problems
+from controlplane.api.renderers import SERIES_RENDERERS
 from controlplane.api.serializers import (
     ArtifactSerializer,
     EvalTableSerializer,
@@ -227,7 +228,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         OpenApiParameter("after", int, description="points after this step (the cursor)"),
         OpenApiParameter("limit", int, description=POINTS_LIMIT),
     ])  # fmt: skip
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def metrics(self, request: Request, pk: str) -> Response:
         """With `key`: its raw points by step, a page at a time (`next_after` is the
         cursor). Without: `{"latest": {key: {step, value, wall_time}}}`."""
@@ -244,13 +245,13 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         OpenApiParameter("end", int, description="last step (inclusive)"),
         OpenApiParameter("buckets", int, description=BUCKETS),
     ])  # fmt: skip
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def series(self, request: Request, pk: str) -> Response:
         """Keys downsampled on the server into buckets with min/max/mean/last/count."""
         run = self.get_object()
         return _answer(lambda: metric_series.series_request(run.pk, request.query_params))
 
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def latest(self, request: Request, pk: str) -> Response:
         """Every key's value at its highest step."""
         return Response(metric_series.latest(self.get_object().pk))
@@ -258,7 +259,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(parameters=[
         OpenApiParameter("buckets", int, description=BUCKETS),
     ])  # fmt: skip
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def success(self, request: Request, pk: str) -> Response:
         """Overall, per-horizon and per-task success from summed counts, and each
         task's latest iteration."""

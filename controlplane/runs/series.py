@@ -190,9 +190,10 @@ def series(
         env_id = _env_steps_id(keys, run_id) if x == "env_steps" else None
         if small is None:
             cursor.execute(*_bucket_sql(ids, low, high, buckets, x, env_id))
+            rows = cursor.fetchall()
         else:
             cursor.execute(*_bucket_sql_postgres(ids, small, low, high, buckets, x, env_id))
-        rows = cursor.fetchall()
+            rows = cursor.fetchall()
     out = {
         name: {f: [] for f in ("x", "min", "max", "mean", "last", "count")}
         for name in keys.values()
@@ -222,18 +223,24 @@ def _env_steps_id(keys: dict[int, str], run_id: int) -> int | None:
 
 def _extent_postgres(cursor, ids: list[int], steps: StepRange, buckets: int) -> tuple:
     """The keys' first and last step, and which keys have no more points than buckets
-    in the requested range (those keep every point as its own bucket)."""
+    in the requested range (those keep every point as its own bucket). Index probes per
+    key: its first and last entry, and at most `buckets + 1` entries counted, so the
+    cost does not grow with the run's length."""
     start = -(2**62) if steps.start is None else steps.start
     end = 2**62 if steps.end is None else steps.end
     cursor.execute(
         f"""
-        SELECT key_id, MIN(step), MAX(step),
-               COUNT(*) FILTER (WHERE step BETWEEN %s AND %s)
-        FROM {_POINTS} WHERE key_id = ANY(%s) GROUP BY key_id
+        SELECT k.id,
+               (SELECT MIN(step) FROM {_POINTS} WHERE key_id = k.id),
+               (SELECT MAX(step) FROM {_POINTS} WHERE key_id = k.id),
+               (SELECT COUNT(*) FROM (
+                    SELECT 1 FROM {_POINTS} WHERE key_id = k.id AND step BETWEEN %s AND %s
+                    LIMIT %s) counted)
+        FROM unnest(%s::bigint[]) AS k(id)
         """,
-        [start, end, ids],
+        [start, end, buckets + 1, ids],
     )
-    rows = cursor.fetchall()
+    rows = [row for row in cursor.fetchall() if row[1] is not None]
     if not rows:
         return None, None, []
     small = [key_id for key_id, _, _, count in rows if count <= buckets]
@@ -361,7 +368,7 @@ def success(run_id: int, buckets: int = DEFAULT_BUCKETS) -> dict:
     """Overall, per-horizon and per-task success over the run, bucketed like `series`;
     per bucket sum(successes) / sum(episodes), never a mean of rates. Runs without
     `counts/` keys (older trainers) fall back to the rate keys with episodes unknown."""
-    counted = bucket_sums(run_id, "counts/", buckets)
+    counted = bucket_sums(_charted_count_keys(run_id), buckets)
     if counted:
         return _success_from_counts(counted, _latest_per_task_counts(run_id))
     rated = series(run_id, ["rollout/*"], buckets=buckets)["series"]
@@ -372,27 +379,42 @@ def _slot_name(match: re.Match) -> tuple[str, str | None, str | None]:
     return match["what"], match["task"], match["horizon"]
 
 
-def bucket_sums(run_id: int, prefix: str, buckets: int) -> dict[str, dict[int, float]]:
-    """{key name: {bucket's last step: sum of its values}} of the keys starting with
-    `prefix`, bucketed over the run like `series` (a key with no more points than
-    buckets keeps each point as its own): two queries, only sums, which is all the
-    success rates need."""
-    keys = matching_keys(run_id, [prefix + "*"])
+def _charted_count_keys(run_id: int) -> dict[int, str]:
+    """The count keys the success charts sum: overall, per horizon and per task. The
+    task × horizon cells (twice as many keys as the rest in a run of 6 tasks and 3
+    horizons) feed only the table, from their latest points."""
+    return {
+        key_id: name
+        for key_id, name in matching_keys(run_id, ["counts/*"]).items()
+        if (match := _COUNT_KEY.match(name)) and not (match["task"] and match["horizon"])
+    }
+
+
+def bucket_sums(keys: dict[int, str], buckets: int) -> dict[str, dict[int, float]]:
+    """{key name: {bucket's last step: sum of its values}} of the keys ({id: name}),
+    bucketed over their steps like `series` (a key with no more points than buckets
+    keeps each point as its own): two queries, only sums, which is all the success
+    rates need."""
     if not keys:
         return {}
     ids = list(keys)
     marks = ", ".join(["%s"] * len(ids))
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT key_id, MIN(step), MAX(step), COUNT(*) FROM {_POINTS} "
-            f"WHERE key_id IN ({marks}) GROUP BY key_id",
-            ids,
-        )
-        extents = cursor.fetchall()
-        if not extents:
+        if connection.vendor == "postgresql":
+            low, high, small = _extent_postgres(cursor, ids, StepRange(), buckets)
+        else:
+            cursor.execute(
+                f"SELECT key_id, MIN(step), MAX(step), COUNT(*) FROM {_POINTS} "
+                f"WHERE key_id IN ({marks}) GROUP BY key_id",
+                ids,
+            )
+            extents = cursor.fetchall()
+            low = min((row[1] for row in extents), default=None)
+            high = max((row[2] for row in extents), default=None)
+            small = [key_id for key_id, _, _, count in extents if count <= buckets]
+        if low is None:
             return {}
-        low, high = min(row[1] for row in extents), max(row[2] for row in extents)
-        small = [key_id for key_id, _, _, count in extents if count <= buckets] or [-1]
+        small = small or [-1]
         small_marks = ", ".join(["%s"] * len(small))
         cursor.execute(
             f"""
