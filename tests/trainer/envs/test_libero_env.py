@@ -162,3 +162,22 @@ def test_the_runner_collects_and_updates_on_libero(libero_installed, tmp_path):
     assert metrics["rollout/episodes"] == 2 and metrics["rollout/episode_length"] == 10
     assert metrics["rollout/success_rate"] == 0.0
     assert metrics["losses/updates"] == 1
+
+
+def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path):
+    from trainer.config.loading import load_config
+    from trainer.runner.rlpd_runner import RLPDRunner
+
+    config = load_config(
+        "examples/libero_spatial_rlpd.yaml",
+        ["env.max_episode_steps=10", "runner.iterations=1", "runner.progress=false",
+         "algorithm.rlpd.training_starts=4", "algorithm.rlpd.batch_size=8",
+         "algorithm.rlpd.demo_fraction=0", f"runner.output_dir={tmp_path}"],
+    )  # fmt: skip
+    runner = RLPDRunner(config)
+    try:
+        metrics = runner.train_iteration()
+    finally:
+        runner.close()
+    assert metrics["rollout/episodes"] == 2 and metrics["rollout/episode_length"] == 10
+    assert metrics["buffers/online"] == 20 and metrics["rlpd/updates"] > 0
