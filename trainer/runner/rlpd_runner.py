@@ -108,29 +108,19 @@ class RLPDRunner:
             torch.set_num_threads(config.runner.torch_threads)
         torch.manual_seed(config.runner.seed)
         self.generator = torch.Generator().manual_seed(config.runner.seed)
-        self.env = build_env(config)
-        if len(self.env.obs_shape) != 1:
-            raise ConfigError.single("env", "rlpd needs flat state observations")
-        task_ids = list(config.env.task_ids or range(self.env.num_tasks))
-        bad = [t for t in task_ids if not 0 <= t < self.env.num_tasks]
-        if bad:
-            known = f"0..{self.env.num_tasks - 1}"
-            raise ConfigError.single(
-                "env.task_ids", f"{config.env.name} has tasks {known}, not {bad}"
-            )
         r = config.algorithm.rlpd
-        self.learner = RLPDLearner(
-            self.env.obs_shape[0], self.env.action_dim, rlpd_settings(config)
-        )
-        self.online, self.demo = ReplayBuffer(r.online_capacity), ReplayBuffer(r.demo_capacity)
-        self.demos_loaded = 0
-        if r.demos:
-            try:
-                demos = load_demos(r.demos)
-            except DemoFileError as error:
-                raise ConfigError.single("algorithm.rlpd.demos", str(error)) from None
-            self.demo.add(demos)
-            self.demos_loaded = int(demos["obs"].shape[0])
+        self.env = build_env(config)
+        try:  # a config the env refuses must not leave its worker processes behind
+            task_ids = self._task_ids()
+            self.learner = RLPDLearner(
+                self.env.obs_shape[0], self.env.action_dim, rlpd_settings(config)
+            )
+            self.online = ReplayBuffer(r.online_capacity)
+            self.demo = ReplayBuffer(r.demo_capacity)
+            self.demos_loaded = self._load_demos()
+        except BaseException:
+            self.env.close()
+            raise
         self.sampler = MixedSampler(
             self.online, self.demo, r.batch_size, r.demo_fraction, r.training_starts
         )
@@ -143,6 +133,39 @@ class RLPDRunner:
         self.metrics_log = JsonlMetricsLog(self.output_dir / "metrics.jsonl")
         self.checkpoint_dir = self.output_dir / "checkpoints"
         self.buffer_dir = self.output_dir / "buffers"
+
+    def _task_ids(self) -> list[int]:
+        config, env = self.config, self.env
+        if len(env.obs_shape) != 1:
+            raise ConfigError.single("env", "rlpd needs flat state observations")
+        task_ids = list(config.env.task_ids or range(env.num_tasks))
+        bad = [t for t in task_ids if not 0 <= t < env.num_tasks]
+        if bad:
+            known = f"0..{env.num_tasks - 1}"
+            raise ConfigError.single(
+                "env.task_ids", f"{config.env.name} has tasks {known}, not {bad}"
+            )
+        return task_ids
+
+    def _load_demos(self) -> int:
+        """Transitions loaded from `algorithm.rlpd.demos` into the demo buffer."""
+        path = self.config.algorithm.rlpd.demos
+        if not path:
+            return 0
+        try:
+            demos = load_demos(path)
+        except DemoFileError as error:
+            raise ConfigError.single("algorithm.rlpd.demos", str(error)) from None
+        shapes = {"obs": self.env.obs_shape, "action": (self.env.action_dim,)}
+        for name, shape in shapes.items():
+            if tuple(demos[name].shape[1:]) != shape:
+                raise ConfigError.single(
+                    "algorithm.rlpd.demos",
+                    f"{path}: {name} rows have shape {tuple(demos[name].shape[1:])}, the "
+                    f"env's are {shape}",
+                )
+        self.demo.add(demos)
+        return int(demos["obs"].shape[0])
 
     # ----- one iteration -----------------------------------------------------------
     def _act(self, obs: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,12 @@ def test_config_problems_are_named(tmp_path):
     bad_demo = tmp_path / "missing.npz"
     with pytest.raises(ConfigError, match="algorithm.rlpd.demos"):
         RLPDRunner(load_config(EXAMPLE, [*QUIET, f"algorithm.rlpd.demos={bad_demo}"]))
+    other_env = tmp_path / "other.npz"
+    save_demos(other_env, {"obs": torch.zeros(2, 5), "action": torch.zeros(2, 7),
+                           "reward": torch.zeros(2), "next_obs": torch.zeros(2, 5),
+                           "terminal": torch.zeros(2, dtype=torch.bool)})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"obs rows have shape \(5,\), the env's are \(19,\)"):
+        RLPDRunner(load_config(EXAMPLE, [*QUIET, f"algorithm.rlpd.demos={other_env}"]))
     with pytest.raises(ConfigError, match="env.task_ids"):
         RLPDRunner(load_config(EXAMPLE, [*QUIET, "env.task_ids=[9]"]))
     with pytest.raises(ConfigError, match="critic_subsample"):
