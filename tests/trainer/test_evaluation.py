@@ -161,3 +161,17 @@ def test_the_task_counts_the_control_plane_checks_are_the_envs_own():
     assert env_task_count("builtin_reach", None) == BUILTIN_TASK_COUNT
     assert env_task_count("libero", None) == 10 and env_task_count("libero", "libero_90") == 90
     assert env_task_count("some_plugin_env", None) is None
+
+
+def test_an_rlpd_checkpoint_is_refused_with_the_reason(tmp_path, capsys):
+    from trainer.config.loading import load_config
+    from trainer.runner.rlpd_runner import RLPDRunner
+
+    config = load_config(
+        "examples/builtin_rlpd.yaml",
+        ["runner.iterations=1", "runner.progress=false", f"runner.output_dir={tmp_path}",
+         "env.interventions.source=none", "algorithm.rlpd.demo_fraction=0"],
+    )  # fmt: skip
+    RLPDRunner(config).learn()
+    assert trainer_main(["eval", str(tmp_path), "--output", str(tmp_path / "eval")]) == 2
+    assert "an rlpd checkpoint (actor and critics) cannot be evaluated" in capsys.readouterr().err

@@ -82,7 +82,9 @@ class ReplayBuffer:
             "cursor": self.cursor,
             "size": self.size,
             "added": self.added,
-            "fields": {name: t[: self.size].cpu() for name, t in self.fields.items()},
+            # Cloned: a slice shares the whole preallocated ring, which torch.save would
+            # write out in full (21 MB for 1,900 rows of a 100,000-row buffer).
+            "fields": {name: t[: self.size].cpu().clone() for name, t in self.fields.items()},
         }
 
     def load_state_dict(self, state: Mapping) -> None:

@@ -83,6 +83,12 @@ def eval_config(state: dict[str, Any], args: argparse.Namespace) -> ExperimentCo
     if args.states is not None and args.states < 1:
         raise ConfigError.single("--states", f"must be at least 1, not {args.states}")
     config = ExperimentConfig.model_validate(state["config"])
+    if config.algorithm.name == "rlpd":
+        raise ConfigError.single(
+            "--checkpoint",
+            "an rlpd checkpoint (actor and critics) cannot be evaluated by this protocol "
+            "yet: it evaluates ppo, grpo and rloo policies",
+        )
     env_changes: dict[str, Any] = {}
     if args.suite:
         if config.env.name != "libero":

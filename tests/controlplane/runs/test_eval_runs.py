@@ -16,7 +16,12 @@ from rest_framework.test import APIClient
 from controlplane.experiments.services import create_experiment
 from controlplane.runs import artifacts, submission, telemetry
 from controlplane.runs.cancellation import request_cancel
-from controlplane.runs.evaluations import EvalRequest, EvaluationRefused, request_evaluation
+from controlplane.runs.evaluations import (
+    EvalRequest,
+    EvaluationRefused,
+    not_evaluable,
+    request_evaluation,
+)
 from controlplane.runs.models import Run, RunKind, RunState
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
@@ -171,6 +176,18 @@ def test_a_run_without_checkpoints_and_an_eval_run_cannot_be_evaluated(api):
     assert again.json() == {"run": [f"run {eval_id} is an evaluation; evaluate a training run "
                                     f"(run {source.pk} is the one it evaluates)"]}  # fmt: skip
     assert api.post("/api/v1/runs/999999/evaluate", {}, format="json").status_code == 404
+
+
+def test_an_rlpd_run_is_refused_with_the_reason_at_the_api_and_on_its_page(api, client, operator):
+    rlpd = (settings.BASE_DIR / "examples/builtin_rlpd.yaml").read_text()
+    run = finished_run("rlpd", config=rlpd)
+    reply = api.post(f"/api/v1/runs/{run.pk}/evaluate", {}, format="json")
+    assert reply.status_code == 400
+    assert reply.json() == {"run": [not_evaluable(run.pk, "rlpd")]}
+    client.force_login(operator)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="evaluate-form"' not in page
+    assert f"Not available: run {run.pk} trains with rlpd" in page
 
 
 def test_libero_runs_choose_a_suite_with_as_many_tasks(api):

@@ -109,3 +109,10 @@ def test_a_snapshot_round_trip_restores_rows_order_and_counters(tmp_path):
     assert torch.equal(buffer.sample(20, generator_a)["id"], restored.sample(20, generator_b)["id"])
     with pytest.raises(ValueError, match="capacity"):
         ReplayBuffer(7).load_state_dict(buffer.state_dict())
+
+
+def test_a_snapshot_holds_only_the_stored_rows(tmp_path):
+    buffer = ReplayBuffer(100_000)
+    buffer.add(transitions(0, 5))
+    torch.save(buffer.state_dict(), tmp_path / "small.pt")
+    assert (tmp_path / "small.pt").stat().st_size < 20_000  # not the 100,000-row ring
