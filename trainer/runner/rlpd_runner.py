@@ -43,14 +43,16 @@ from trainer.runner.checkpoints import (
     save_checkpoint,
 )
 from trainer.runner.metrics_log import JsonlMetricsLog
-from trainer.runner.on_policy_runner import NothingToResumeError, run_folder
+from trainer.runner.on_policy_runner import (
+    CheckpointCallback,
+    MetricsCallback,
+    NothingToResumeError,
+    run_folder,
+)
 from trainer.runner.progress import ProgressBar
 from trainer.runner.tensorboard_log import TensorBoardLog
 
 log = logging.getLogger(__name__)
-
-MetricsCallback = Callable[[int, dict[str, float]], None]
-CheckpointCallback = Callable[[int, Path], None]
 
 
 def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
