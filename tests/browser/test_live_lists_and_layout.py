@@ -154,6 +154,33 @@ def test_runs_that_changed_while_the_socket_was_down_show_after_it_reconnects(se
     expect(active.get_by_text("Nothing running.")).to_be_hidden()
 
 
+def test_a_row_pushed_while_the_tables_are_fetched_afresh_is_not_undone_by_them(session):
+    page = session
+    live(page)
+    run = queued_run(page.experiment)
+    move(run, RunState.SUBMITTING)
+    row = page.locator(f"tbody[data-accept=active] #run-row-{run.pk}")
+    expect(row).to_have_attribute("data-state", "submitting", timeout=10_000)
+    held = []  # the tables' fetch after the reconnect, answered only when the test says
+    page.route(page.url, lambda route: held.append((route, route.fetch())))
+    page.stack.close()
+    expect(page.locator(".live-dot.on")).to_have_count(0, timeout=15_000)
+    page.stack.start_web()
+    live(page)
+    for _ in range(150):  # playwright runs the route handler while the page is waited on
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the page did not fetch its tables after reconnecting"
+    move(run, RunState.RUNNING)  # pushed while the fetch (rendered before it) is out
+    expect(row).to_have_attribute("data-state", "running", timeout=10_000)
+    route, response = held[0]
+    route.fulfill(response=response)  # the older tables land now
+    page.wait_for_timeout(1000)
+    expect(row).to_have_attribute("data-state", "running")
+    page.unroute(page.url)
+
+
 def test_home_launch_dialog_launches_and_a_rejected_launch_keeps_the_input(session):
     page = session
     page.get_by_role("link", name="Launch run").click()

@@ -89,30 +89,53 @@ function tidyTables() {
 }
 // As an htmx extension on the socket's element (hx-ext="ws,live-runs"), so a row that
 // has no place on this page (another experiment's run) is dropped before the swap.
+// Rows pushed while the tables are being fetched afresh (below), latest per run: the
+// fetched tables may have been rendered before them, so they go back on top.
+let fetchingTables = 0;
+const pushedWhileFetching = new Map();
 htmx.defineExtension("live-runs", {
   transformResponse(text) {
     const incoming = document.createElement("template");
     incoming.innerHTML = text;
     for (const row of incoming.content.querySelectorAll("tr[id^=run-row-]")) {
-      if (!document.getElementById(row.id) && !placeRow(row)) row.remove();
+      if (!document.getElementById(row.id) && !placeRow(row)) { row.remove(); continue; }
+      if (fetchingTables) pushedWhileFetching.set(row.id, row.outerHTML);
     }
     return incoming.innerHTML;
   },
 });
+function putRowBack(html) {
+  const holder = document.createElement("template");
+  holder.innerHTML = html;
+  const row = holder.content.firstElementChild;
+  row.removeAttribute("hx-swap-oob");
+  const existing = document.getElementById(row.id);
+  if (existing) existing.replaceWith(row);
+  else if (placeRow(row)) document.getElementById(row.id).replaceWith(row);
+}
 document.addEventListener("htmx:wsAfterMessage", tidyTables);
 document.addEventListener("DOMContentLoaded", tidyTables);
 // Pushes reach a list only while its socket is open: runs that changed between the
 // page's render and the socket's opening, or while it was down, are fetched afresh
 // (the page itself, whose tables hold the same filters) each time it opens.
+// A row pushed while that fetch is under way may be newer than the fetched tables: it is
+// put back on top of them (every change is pushed, so the last push is the latest state).
 document.addEventListener("htmx:wsOpen", async (e) => {
   const tables = [...e.target.querySelectorAll("tbody[data-live-runs]")];
   if (!tables.length) return;
-  const response = await fetch(location.href, { credentials: "same-origin" });
-  if (!response.ok) return;
-  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-  for (const table of tables) {
-    const twin = fresh.querySelector(`tbody[data-live-runs][data-accept="${table.dataset.accept}"]`);
-    if (twin) table.innerHTML = twin.innerHTML;
+  fetchingTables += 1;
+  try {
+    const response = await fetch(location.href, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const table of tables) {
+      const twin = fresh.querySelector(`tbody[data-live-runs][data-accept="${table.dataset.accept}"]`);
+      if (twin) table.innerHTML = twin.innerHTML;
+    }
+    for (const html of pushedWhileFetching.values()) putRowBack(html);
+  } finally {
+    fetchingTables -= 1;
+    if (!fetchingTables) pushedWhileFetching.clear();
+    tidyTables();
   }
-  tidyTables();
 });
