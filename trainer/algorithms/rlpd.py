@@ -144,11 +144,18 @@ class RLPDLearner:
         self.target_entropy = (
             -action_dim / 2 if settings.target_entropy is None else settings.target_entropy
         )
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=settings.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=settings.critic_lr)
-        self.temperature_optimizer = torch.optim.Adam(
-            [self.log_temperature], lr=settings.temperature_lr
+        # Fused Adam: one kernel per step instead of a dozen ops per parameter.
+        self.actor_optimizer = torch.optim.Adam(
+            self.actor.parameters(), lr=settings.actor_lr, fused=True
         )
+        self.critic_optimizer = torch.optim.Adam(
+            self.critic.parameters(), lr=settings.critic_lr, fused=True
+        )
+        self.temperature_optimizer = torch.optim.Adam(
+            [self.log_temperature], lr=settings.temperature_lr, fused=True
+        )
+        self._target_parameters = list(self.target_critic.parameters())
+        self._critic_parameters = list(self.critic.parameters())
         self.updates = 0  # critic updates so far
 
     @property
@@ -194,12 +201,17 @@ class RLPDLearner:
         """The critic, then the actor against the updated critic, then the temperature."""
         metrics = self.critic_step(batch)
         action, log_prob = self.actor.sample(batch["obs"])
-        q = self.critic(batch["obs"], action).mean(0)
+        # The actor's loss flows through the critic to the actions only: the critic's
+        # own weight gradients would be work thrown away.
+        self.critic.requires_grad_(False)
+        try:
+            q = self.critic(batch["obs"], action).mean(0)
+        finally:
+            self.critic.requires_grad_(True)
         actor_loss = (self.temperature * log_prob - q).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()
-        self.critic_optimizer.zero_grad(set_to_none=True)  # the actor's pass through it
         temperature_loss = self.temperature_loss(log_prob.detach())
         self.temperature_optimizer.zero_grad(set_to_none=True)
         temperature_loss.backward()
@@ -219,10 +231,7 @@ class RLPDLearner:
 
     @torch.no_grad()
     def update_targets(self) -> None:
-        for target, online in zip(
-            self.target_critic.parameters(), self.critic.parameters(), strict=True
-        ):
-            target.lerp_(online, self.settings.tau)
+        torch._foreach_lerp_(self._target_parameters, self._critic_parameters, self.settings.tau)
 
     def state_dict(self) -> dict:
         return {

@@ -64,15 +64,19 @@ class ReplayBuffer:
 
     def sample(self, count: int, generator: torch.Generator | None = None) -> Batch:
         """`count` transitions drawn uniformly with replacement."""
+        index = self.random_rows(count, generator)
+        return {name: tensor.index_select(0, index) for name, tensor in self.fields.items()}
+
+    def random_rows(self, count: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """`count` row positions drawn uniformly with replacement, on the buffer's device."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty buffer")
-        index = torch.randint(self.size, (count,), generator=generator)
-        return {name: tensor[index.to(self.device)] for name, tensor in self.fields.items()}
+        return torch.randint(self.size, (count,), generator=generator).to(self.device)
 
     def ordered(self) -> Batch:
         """The stored rows, oldest first."""
         order = (self.cursor - self.size + torch.arange(self.size)) % self.capacity
-        return {name: t[order.to(self.device)] for name, t in self.fields.items()}
+        return {name: t.index_select(0, order.to(self.device)) for name, t in self.fields.items()}
 
     def state_dict(self) -> dict:
         """The stored rows where they lie in the ring, and the counters: a buffer loaded
@@ -127,16 +131,32 @@ class MixedSampler:
 
     def sample(self, generator: torch.Generator | None = None) -> Batch:
         """Online rows first, then demo rows; `from_demo` says which is which."""
-        parts = []
-        for buffer, rows, from_demo in (
-            (self.online, self.online_rows, False),
-            (self.demo, self.demo_rows, True),
-        ):
-            if rows:
-                part = buffer.sample(rows, generator)
-                part["from_demo"] = torch.full((rows,), from_demo, device=buffer.device)
-                parts.append(part)
-        return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+        parts = [
+            (buffer, rows)
+            for buffer, rows in ((self.online, self.online_rows), (self.demo, self.demo_rows))
+            if rows
+        ]
+        fields = parts[0][0].fields
+        if len(parts) == 2 and set(self.demo.fields) != set(fields):
+            raise ValueError(
+                f"the demo buffer's fields {sorted(self.demo.fields)} differ from the "
+                f"online buffer's {sorted(fields)}"
+            )
+        batch_size = self.online_rows + self.demo_rows
+        # Each buffer's rows are gathered straight into their half of the batch: no
+        # intermediate tensors to concatenate.
+        batch = {
+            name: torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype, device=t.device)
+            for name, t in fields.items()
+        }
+        start = 0
+        for buffer, rows in parts:
+            index = buffer.random_rows(rows, generator)
+            for name, tensor in buffer.fields.items():
+                torch.index_select(tensor, 0, index, out=batch[name][start : start + rows])
+            start += rows
+        batch["from_demo"] = torch.arange(batch_size, device=self.online.device) >= self.online_rows
+        return batch
 
 
 def add_transitions(online: ReplayBuffer, demo: ReplayBuffer, batch: Mapping) -> None:

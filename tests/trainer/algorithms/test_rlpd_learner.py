@@ -64,10 +64,20 @@ def test_cta_ratio_updates_the_critic_alone_then_everything():
     )
 
 
-def test_the_actors_pass_leaves_no_gradient_on_the_critic():
+def test_the_actors_pass_adds_no_gradient_to_the_critic():
     rlpd = learner(cta_ratio=1)
+    after_critic_loss: dict[str, torch.Tensor] = {}
+    critic_step = rlpd.critic_optimizer.step
+
+    def record_then_step(*args, **kwargs):
+        after_critic_loss.update({n: p.grad.clone() for n, p in rlpd.critic.named_parameters()})
+        return critic_step(*args, **kwargs)
+
+    rlpd.critic_optimizer.step = record_then_step
     rlpd.update(batch)
-    assert all(p.grad is None for p in rlpd.critic.parameters())
+    for name, parameter in rlpd.critic.named_parameters():
+        torch.testing.assert_close(parameter.grad, after_critic_loss[name])
+    assert all(p.requires_grad for p in rlpd.critic.parameters())
 
 
 def test_targets_move_by_the_polyak_step():

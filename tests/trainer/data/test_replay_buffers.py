@@ -71,6 +71,14 @@ def test_each_batch_has_exactly_the_demo_share(batch_size, fraction, demo_rows):
         assert bool((batch["id"][~batch["from_demo"]] < 5_000).all())
 
 
+def test_buffers_with_different_fields_cannot_be_mixed():
+    online, demo = ReplayBuffer(10), ReplayBuffer(10)
+    online.add(transitions(0, 4))
+    demo.add({name: t for name, t in transitions(10, 4).items() if name != "id"})
+    with pytest.raises(ValueError, match=r"demo buffer's fields .* differ from the online"):
+        MixedSampler(online, demo, 4).sample()
+
+
 def test_updates_wait_for_training_starts_and_for_demos():
     online, demo = ReplayBuffer(100), ReplayBuffer(10)
     sampler = MixedSampler(online, demo, 8, training_starts=20)
