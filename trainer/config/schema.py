@@ -177,6 +177,17 @@ class RLPDConfig(Section):
         "HIL-SERL, so a sparse success reward is not swamped by it.",
     )
     target_entropy: float | None = Field(None, description="null: -action_dim / 2.")
+    publish_every: PositiveInt = Field(
+        10,
+        description="Updates between publications of the actor's weights to placed env "
+        "workers (each also gets the latest at the start of an iteration).",
+    )
+    exchange_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds an exchange between the learner and a placed env worker may "
+        "take (transitions, weights) before the side that stalled is reported.",
+    )
     buffer_snapshot_every: int = Field(
         0,
         ge=0,

@@ -98,12 +98,6 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         resume = args.resume or (args.resume_if_any and has_checkpoint(config))
         reporter = RunReporter(link, config)
         plan = distributed_plan(config)
-        if plan is not None and config.algorithm.name == "rlpd":
-            raise ConfigError.single(
-                "cluster.component_placement",
-                "rlpd runs its actor and learner in one process so far: place one actor "
-                "process and no env workers",
-            )
         if plan is not None:
             return _train_distributed(config, plan, resume, reporter)
         reporter.started(resume=resume)
@@ -157,17 +151,28 @@ def _train(args: argparse.Namespace, link: Link) -> int:
 
 
 def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int:
-    """The same loop on the placement's actor ranks (trainer.runtime.distributed_run)."""
-    from trainer.runtime.distributed_run import train_distributed
-
-    reporter.started(resume=resume)
+    """The same loop on the placement's actor ranks (trainer.runtime.distributed_run), or
+    RLPD's learner and its acting env workers (trainer.runtime.rlpd_split)."""
     output_dir = run_folder(config)
+    callbacks = {
+        "on_metrics": reporter.on_metrics,
+        "on_checkpoint": reporter.on_checkpoint,
+        "on_placed": lambda ranks: _placed(reporter, ranks),
+    }
+    if config.algorithm.name == "rlpd":
+        from trainer.runtime.rlpd_split import check_rlpd_plan, train_rlpd_split
+
+        check_rlpd_plan(plan)  # before the run is reported started
+        train = train_rlpd_split
+    else:
+        from trainer.runtime.distributed_run import train_distributed
+
+        train, callbacks = train_distributed, {**callbacks, "on_recovery": reporter.recovered}
+    reporter.started(resume=resume)
     with StopRequest() as stop:
-        result = train_distributed(
-            config, plan, output_dir, resume=resume, should_stop=stop.is_set,
-            on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
-            on_placed=lambda ranks: _placed(reporter, ranks), on_recovery=reporter.recovered,
-        )  # fmt: skip
+        result = train(
+            config, plan, output_dir, resume=resume, should_stop=stop.is_set, **callbacks
+        )
     if stop.signal_name:
         reporter.stopped(result.iteration, stop.signal_name)
         print(

@@ -1,6 +1,8 @@
-"""RLPD's loop in one process (seed 004): the env copies act with the latest actor,
-every transition goes into the online buffer (and a human's into the demo buffer too),
-and the learner updates on 50/50 batches as the copies step.
+"""RLPD's loop (seed 004): the env copies act with the latest actor, every transition
+goes into the online buffer (and a human's into the demo buffer too), and the learner
+updates on 50/50 batches as the copies step. The copies step in this process, or in
+placed env workers that stream their transitions here and act with the weights this
+learner publishes (trainer.runtime.rlpd_split); the rest is the same code.
 
 An iteration runs every copy through one episode of the iteration's task (tasks in
 turn, init states by the circular cursors of seed 001), so per-task success is counted
@@ -19,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,7 +31,7 @@ from trainer.config.errors import ConfigError
 from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
-from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, transition_batch
+from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
 from trainer.data.samplers import InitStateSampler, TaskCursor
 from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
 from trainer.envs.libero_setup import LiberoNotInstalledError
@@ -50,7 +52,11 @@ from trainer.runner.on_policy_runner import (
     run_folder,
 )
 from trainer.runner.progress import ProgressBar
+from trainer.runner.rlpd_episodes import random_actions, run_episodes
 from trainer.runner.tensorboard_log import TensorBoardLog
+
+if TYPE_CHECKING:
+    from trainer.runtime.rlpd_split import RLPDActors
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +108,10 @@ class RLPDRunner:
         output_dir: Path | None = None,
         on_metrics: MetricsCallback | None = None,
         on_checkpoint: CheckpointCallback | None = None,
+        actors: RLPDActors | None = None,
     ) -> None:
+        """`actors`: the run's env copies in placed workers that act with the weights
+        this learner publishes (trainer.runtime.rlpd_split); None: in this process."""
         self.config = config
         self.output_dir = Path(output_dir) if output_dir else run_folder(config)
         self.on_metrics, self.on_checkpoint = on_metrics, on_checkpoint
@@ -111,25 +120,32 @@ class RLPDRunner:
         torch.manual_seed(config.runner.seed)
         self.generator = torch.Generator().manual_seed(config.runner.seed)
         r = config.algorithm.rlpd
-        self.env = build_env(config)
+        self.actors = actors
+        self.env = build_env(config) if actors is None else None
+        envs = actors if actors is not None else self.env
+        self.obs_shape, self.action_dim = tuple(envs.obs_shape), envs.action_dim
+        self.num_envs, self.num_tasks = envs.num_envs, envs.num_tasks
         try:  # a config the env refuses must not leave its worker processes behind
             task_ids = self._task_ids()
-            self.learner = RLPDLearner(
-                self.env.obs_shape[0], self.env.action_dim, rlpd_settings(config)
-            )
+            self.learner = RLPDLearner(self.obs_shape[0], self.action_dim, rlpd_settings(config))
             self.online = ReplayBuffer(r.online_capacity)
             self.demo = ReplayBuffer(r.demo_capacity)
             self.demos_loaded = self._load_demos()
         except BaseException:
-            self.env.close()
+            self.close()
             raise
         self.sampler = MixedSampler(
             self.online, self.demo, r.batch_size, r.demo_fraction, r.training_starts
         )
         self.task_cursor = TaskCursor(task_ids)
         self.init_states = InitStateSampler(
-            {task: int(self.env.init_states(task).shape[0]) for task in task_ids}
+            {task: envs.init_state_count(task) for task in task_ids}
+            if actors is not None
+            else {task: int(self.env.init_states(task).shape[0]) for task in task_ids}
         )
+        self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
+        self.update_metrics: list[dict[str, float]] = []
+        self.update_seconds = 0.0
         self.iteration = 0
         self.total_env_steps = 0
         self.metrics_log = JsonlMetricsLog(self.output_dir / "metrics.jsonl")
@@ -137,13 +153,13 @@ class RLPDRunner:
         self.buffer_dir = self.output_dir / "buffers"
 
     def _task_ids(self) -> list[int]:
-        config, env = self.config, self.env
-        if len(env.obs_shape) != 1:
+        config = self.config
+        if len(self.obs_shape) != 1:
             raise ConfigError.single("env", "rlpd needs flat state observations")
-        task_ids = list(config.env.task_ids or range(env.num_tasks))
-        bad = [t for t in task_ids if not 0 <= t < env.num_tasks]
+        task_ids = list(config.env.task_ids or range(self.num_tasks))
+        bad = [t for t in task_ids if not 0 <= t < self.num_tasks]
         if bad:
-            known = f"0..{env.num_tasks - 1}"
+            known = f"0..{self.num_tasks - 1}"
             raise ConfigError.single(
                 "env.task_ids", f"{config.env.name} has tasks {known}, not {bad}"
             )
@@ -158,7 +174,7 @@ class RLPDRunner:
             demos = load_demos(path)
         except DemoFileError as error:
             raise ConfigError.single("algorithm.rlpd.demos", str(error)) from None
-        shapes = {"obs": self.env.obs_shape, "action": (self.env.action_dim,)}
+        shapes = {"obs": self.obs_shape, "action": (self.action_dim,)}
         for name, shape in shapes.items():
             if tuple(demos[name].shape[1:]) != shape:
                 raise ConfigError.single(
@@ -171,68 +187,75 @@ class RLPDRunner:
 
     # ----- one iteration -----------------------------------------------------------
     def _act(self, obs: torch.Tensor) -> torch.Tensor:
-        if len(self.online) < self.config.algorithm.rlpd.training_starts:
-            return torch.rand(obs.shape[0], self.env.action_dim, generator=self.generator) * 2 - 1
+        if self._exploring():
+            return random_actions(obs.shape[0], self.action_dim, self.generator)
         return self.learner.actor.act(obs)
+
+    def _exploring(self) -> bool:
+        """Uniformly random actions until `training_starts` online transitions."""
+        return len(self.online) < self.config.algorithm.rlpd.training_starts
+
+    def _take_step(self, rows: dict[str, torch.Tensor], share: float) -> None:
+        """One env step's transitions (of `share` of the run's copies) into the buffers,
+        then the update rounds they pay for: `updates_per_step` per step of every copy."""
+        add_transitions(self.online, self.demo, rows)
+        if not self.sampler.ready():
+            self.owed_updates = 0.0
+            return
+        self.owed_updates += self.config.algorithm.rlpd.updates_per_step * share
+        started = time.monotonic()
+        while self.owed_updates > 1 - 1e-9:
+            self.update_metrics.append(self.learner.update(self._sample))
+            self.owed_updates -= 1
+        self.update_seconds += time.monotonic() - started
 
     def train_iteration(self) -> dict[str, float]:
         task_id = self.task_cursor.current()
-        indices = self.init_states.take(task_id, self.env.num_envs)
-        obs = self.env.reset(task_id, self.env.init_states(task_id)[indices])
-        copies = self.env.num_envs
-        running = torch.ones(copies, dtype=torch.bool)
-        success = torch.zeros(copies, dtype=torch.bool)
-        returns, lengths = torch.zeros(copies), torch.zeros(copies)
-        intervened_steps = torch.zeros(copies)
-        update_metrics: list[dict[str, float]] = []
-        update_seconds, started = 0.0, time.monotonic()
-        updates_per_step = self.config.algorithm.rlpd.updates_per_step
-        while bool(running.any()):
-            actions = self._act(obs)
-            step = self.env.step(actions)
-            rows = transition_batch(obs, actions, step)
-            add_transitions(self.online, self.demo, {k: v[running] for k, v in rows.items()})
-            returns += torch.where(running, step.reward, 0.0)
-            lengths += running.float()
-            intervened_steps += (running & rows["intervened"]).float()
-            success |= running & step.success
-            running &= ~step.done
-            obs = step.obs
-            if self.sampler.ready():
-                update_started = time.monotonic()
-                for _ in range(updates_per_step):
-                    update_metrics.append(self.learner.update(self._sample))
-                update_seconds += time.monotonic() - update_started
+        indices = self.init_states.take(task_id, self.num_envs)
+        self.update_metrics, self.update_seconds, started = [], 0.0, time.monotonic()
+        if self.actors is not None:  # env copies in placed workers, acting on their own
+            stats = self.actors.collect(task_id, indices, self._exploring(), self)
+        else:
+            stats = run_episodes(
+                self.env, task_id, self.env.init_states(task_id)[indices], self._act,
+                lambda rows: self._take_step(rows, 1.0),
+            )  # fmt: skip
         elapsed = time.monotonic() - started
-        env_steps = int(lengths.sum())
+        update_metrics, update_seconds = self.update_metrics, self.update_seconds
+        copies, success = self.num_envs, stats.success
+        env_steps = int(stats.lengths.sum())
         self.total_env_steps += env_steps
         self.iteration += 1
         self.task_cursor.advance()
         counts: Counter[str] = Counter(
             episodes=float(copies), successes=float(success.sum()),
-            return_sum=float(returns.sum()), length_sum=float(lengths.sum()),
+            return_sum=float(stats.returns.sum()), length_sum=float(stats.lengths.sum()),
         )  # fmt: skip
         counts[f"task{task_id}_success_count"] = float(success.sum())
         counts[f"task{task_id}_total_count"] = float(copies)
         metrics = rates_from_counts(counts)
         metrics.update(_mean(update_metrics))
-        intervened = intervened_steps > 0
+        intervened = stats.intervened_steps > 0
         unassisted = ~intervened
         if bool(unassisted.any()):  # what the policy achieved on its own
             metrics["rollout/unassisted_success_rate"] = float(success[unassisted].float().mean())
+        if stats.policy_lag is not None:
+            metrics["rlpd/policy_lag"] = stats.policy_lag
         metrics.update(
             {
                 "rollout/task_id": float(task_id),
                 "interventions/episodes": float(intervened.sum()),
-                "interventions/steps": float(intervened_steps.sum()),
-                "interventions/rate": float(intervened_steps.sum()) / max(env_steps, 1),
+                "interventions/steps": float(stats.intervened_steps.sum()),
+                "interventions/rate": float(stats.intervened_steps.sum()) / max(env_steps, 1),
                 "buffers/online": float(len(self.online)),
                 "buffers/demo": float(len(self.demo)),
                 "rlpd/updates": float(self.learner.updates),
                 "charts/update_rate": len(update_metrics)
                 * self.config.algorithm.rlpd.cta_ratio
                 / max(update_seconds, 1e-9),
-                "charts/SPS": env_steps / max(elapsed - update_seconds, 1e-9),
+                # Placed workers step while the learner updates; in one process they alternate.
+                "charts/SPS": env_steps
+                / max(elapsed - (0.0 if self.actors is not None else update_seconds), 1e-9),
                 "charts/env_steps": float(self.total_env_steps),
                 "charts/iteration_seconds": elapsed,
             }
@@ -243,6 +266,8 @@ class RLPDRunner:
     def evaluate(self, task_ids: list[int] | None = None) -> float:
         """Success rate of the deterministic policy, no one intervening: every copy runs
         one episode of each task from the task's first init states."""
+        if self.env is None:
+            raise RuntimeError("evaluate() steps the env in this process; this run's is placed")
         env = self.env.env if isinstance(self.env, InterventionEnv) else self.env
         successes = episodes = 0
         for task_id in task_ids or self.task_cursor.tasks:
@@ -299,7 +324,8 @@ class RLPDRunner:
         return history
 
     def close(self) -> None:
-        self.env.close()
+        if self.env is not None:
+            self.env.close()
 
     # ----- checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -269,12 +269,16 @@ def _relay(
     on_metrics: Callable[[int, dict[str, float]], None] | None,
     on_checkpoint: Callable[[int, Path], None] | None,
     on_recovery: Callable[[int, str], None] | None,
-) -> None:
+) -> bool:
+    """Pass the reports waiting on to their callbacks; whether any came (a heartbeat,
+    kind `alive`, included)."""
+    heard = False
     while True:
         try:
             kind, iteration, payload = reports.get_nowait()
         except Empty:
-            return
+            return heard
+        heard = True
         if kind == "metrics" and on_metrics is not None:
             on_metrics(iteration, payload)
         elif kind == "checkpoint" and on_checkpoint is not None:

@@ -1,0 +1,113 @@
+"""RLPD's learner and acting env workers as placed Ray processes on a two-node cluster:
+transitions stream from every worker into the learner's buffers while it trains, the
+workers act with the weights it publishes, and a stalled worker or learner is reported
+within the exchange deadline instead of being waited on."""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.ray_cluster import labelled_ray_cluster
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
+from trainer.runtime.distributed_run import distributed_plan
+from trainer.runtime.rlpd_split import ExchangeTimeout, check_rlpd_plan, train_rlpd_split
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "builtin_rlpd.yaml"
+SPLIT = "cluster={num_nodes: 2, component_placement: {actor: '0', env: '0-1'}}"
+SMALL = ["runner.progress=false", "env.num_parallel_envs=6", "algorithm.rlpd.training_starts=60"]
+
+
+def config(tmp_path: Path, *overrides: str):
+    return load_config(EXAMPLE, [*SMALL, f"runner.output_dir={tmp_path}", SPLIT, *overrides])
+
+
+def test_rlpd_has_one_learner():
+    two = "cluster={num_nodes: 2, component_placement: {actor: '0-1', env: '0-1'}}"
+    plan = distributed_plan(load_config(EXAMPLE, [*SMALL, two]))
+    with pytest.raises(ConfigError, match="rlpd has one learner: place exactly one actor"):
+        check_rlpd_plan(plan)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    with labelled_ray_cluster([{"num_cpus": 1}, {"num_cpus": 1}]):
+        yield
+
+
+@pytest.mark.timeout(600)
+def test_workers_stream_into_the_learner_and_act_with_its_weights(two_nodes, tmp_path):
+    run = config(tmp_path, "runner.iterations=4", "algorithm.rlpd.publish_every=5")
+    placed, history, checkpoints = [], [], []
+    result = train_rlpd_split(
+        run, distributed_plan(run), tmp_path,
+        on_placed=placed.extend, on_metrics=lambda it, m: history.append((it, m)),
+        on_checkpoint=lambda it, path: checkpoints.append(path),
+    )  # fmt: skip
+    assert result.iteration == 4
+    assert [(p.component, p.rank, p.node_rank) for p in placed] == [
+        ("actor", 0, 0), ("env", 0, 0), ("env", 1, 1),
+    ]  # fmt: skip
+    assert len({p.pid for p in placed}) == 3 and os.getpid() not in {p.pid for p in placed}
+    assert [it for it, _ in history] == [1, 2, 3, 4]
+    last = history[-1][1]
+    # Every step of every copy of both workers reached the learner's online buffer.
+    assert last["buffers/online"] == last["charts/env_steps"] > 0
+    assert last["rollout/episodes"] == 6  # both workers' copies, one episode each
+    assert "rollout/success_rate_task_0" in last
+    assert last["rlpd/updates"] > 0
+    # Past training_starts the workers act with published weights, a few updates old.
+    lags = [m["rlpd/policy_lag"] for _, m in history if "rlpd/policy_lag" in m]
+    assert lags and all(lag >= 0 for lag in lags)
+    assert last["interventions/steps"] > 0  # the scripted operator runs in the workers
+    assert checkpoints and checkpoints[-1].exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_split_run_resumes_from_its_checkpoint_with_its_buffers(two_nodes, tmp_path):
+    first = config(tmp_path, "runner.iterations=2")
+    train_rlpd_split(first, distributed_plan(first), tmp_path)
+    resumed = config(tmp_path, "runner.iterations=3")
+    history = []
+    result = train_rlpd_split(
+        resumed, distributed_plan(resumed), tmp_path, resume=True,
+        on_metrics=lambda it, m: history.append((it, m)),
+    )  # fmt: skip
+    assert result.iteration == 3 and [it for it, _ in history] == [3]
+    metrics = history[0][1]
+    # The online buffer holds the first two iterations' steps as well as the third's.
+    assert metrics["buffers/online"] == metrics["charts/env_steps"]
+    assert metrics["charts/env_steps"] > metrics["rollout/episode_length"] * 6
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("victim", ["env", "actor"])
+def test_a_stalled_worker_or_learner_is_reported_within_the_deadline(two_nodes, tmp_path, victim):
+    run = config(tmp_path, "runner.iterations=50", "algorithm.rlpd.exchange_timeout_s=3")
+    placed, stopped = [], []
+
+    def stall(iteration, metrics):
+        if iteration == 1 and not stopped:
+            process = next(p for p in placed if p.component == victim and p.rank == 0)
+            os.kill(process.pid, signal.SIGSTOP)
+            stopped.append(process.pid)
+
+    try:
+        with pytest.raises(ExchangeTimeout) as raised:
+            train_rlpd_split(
+                run, distributed_plan(run), tmp_path, on_placed=placed.extend, on_metrics=stall
+            )
+    finally:
+        for pid in stopped:  # killed by the run's clean-up; resumed in case it was not
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    message = str(raised.value)
+    if victim == "env":
+        assert "env worker 0 on node 0" in message and "stalled actor" in message
+    else:
+        assert "the learner on node 0" in message and "stalled learner" in message
+    assert "3 s" in message

@@ -1,0 +1,412 @@
+"""RLPD's actors and learner as placed Ray processes (seed 004, HIL-SERL's split).
+
+The plan's one `actor` process is the learner (`RLPDLearnerProcess`: the buffers, the
+networks, checkpoints); each of its `env` processes is an acting worker
+(`RLPDActorWorker`) that owns a shard of the env copies and a copy of the policy. Both
+sides run at once:
+- every iteration the learner hands each worker its copies' task and init states; the
+  worker steps its copies through one episode with its latest weights and streams each
+  step's transitions to the learner through a bounded Ray queue;
+- the learner adds them to its buffers and makes the update rounds they pay for while
+  the workers go on stepping, and publishes the actor's weights to every worker each
+  `publish_every` updates (a worker takes them between two steps, never mid-forward).
+
+Every exchange has a deadline (`exchange_timeout_s`), so a stalled side is reported,
+never waited on forever:
+- a worker that sends no transition within it while its episode runs, or does not take
+  published weights, fails the run naming the worker (rank, node, pid);
+- a learner that takes no transitions within it (its queue stays full) fails the
+  worker's episode with that reason; a learner that stops reporting to the driver is
+  named by the driver.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ray
+import torch
+from ray.util.queue import Full, Queue
+
+from trainer.algorithms.rlpd import TanhGaussianActor
+from trainer.cluster import Plan
+from trainer.config.errors import ConfigError
+from trainer.config.schema import ExperimentConfig
+from trainer.runner.rlpd_episodes import EpisodeStats, random_actions, run_episodes
+from trainer.runtime.distributed_run import (
+    ACTOR,
+    DistributedResult,
+    DistributedRunError,
+    _relay,
+)
+from trainer.runtime.env_shards import ENV, shard_sizes
+from trainer.runtime.whereabouts import ProcessReport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trainer.runner.rlpd_runner import RLPDRunner
+
+QUEUE_MESSAGES = 256  # steps in flight from all workers before they wait for the learner
+HEARTBEAT_S = 1.0
+POLL_S = 0.005
+
+
+class ExchangeTimeout(RuntimeError):
+    """One side of the actor-learner split did not answer within its deadline."""
+
+
+def check_rlpd_plan(plan: Plan) -> None:
+    """RLPD has one learner; its env copies are in it or in its `env` workers."""
+    learners = plan.components.get(ACTOR, ())
+    if len(learners) != 1:
+        raise ConfigError.single(
+            "cluster.component_placement.actor",
+            f"rlpd has one learner: place exactly one actor process, not {len(learners)}",
+        )
+
+
+class RLPDActorWorker:
+    """An acting worker in its placed process (a threaded Ray actor: the episode runs in
+    one thread while published weights arrive in the other)."""
+
+    def __init__(
+        self, config: dict[str, Any], rank: int, node_rank: int, num_envs: int,
+        transitions: Queue, timeout_s: float,
+    ) -> None:  # fmt: skip
+        from trainer.runner.rlpd_runner import build_env
+
+        torch.set_num_threads(1)  # one core per worker: the placement decides how many
+        config = {**config, "env": {**config["env"], "num_parallel_envs": num_envs}}
+        config["env"]["num_workers"] = min(config["env"].get("num_workers") or 0, num_envs)
+        # Each worker its own seed: the scripted operator and exploration differ per shard.
+        seed = config["runner"]["seed"] + 1000 * (rank + 1)
+        config["runner"] = {**config["runner"], "seed": seed}
+        self.config = ExperimentConfig.model_validate(config)
+        self.rank, self.node_rank = rank, node_rank
+        self.env = build_env(self.config)
+        hidden = tuple(self.config.algorithm.rlpd.hidden_sizes)
+        self.policy = TanhGaussianActor(self.env.obs_shape[0], self.env.action_dim, hidden)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.transitions, self.timeout_s = transitions, timeout_s
+        self.version = -1  # the learner's update count when the weights were published
+        self._published: tuple[int, dict] | None = None
+        self._lock = threading.Lock()
+
+    def describe(self) -> dict[str, Any]:
+        env = self.env
+        return {
+            "obs_shape": list(env.obs_shape),
+            "action_dim": env.action_dim,
+            "num_tasks": env.num_tasks,
+            "init_state_counts": [int(env.init_states(t).shape[0]) for t in range(env.num_tasks)],
+            "where": ProcessReport.here(
+                ENV, self.rank, self.node_rank, ray.util.get_node_ip_address()
+            ).to_json(),
+        }
+
+    def set_weights(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        with self._lock:
+            self._published = (version, state)
+
+    def _take_weights(self) -> None:
+        with self._lock:
+            published, self._published = self._published, None
+        if published is not None:
+            self.version = published[0]
+            self.policy.load_state_dict(published[1])
+
+    def run_episode(self, task_id: int, indices: torch.Tensor, explore: bool) -> EpisodeStats:
+        def act(obs: torch.Tensor) -> torch.Tensor:
+            self._take_weights()
+            if explore or self.version < 0:
+                return random_actions(obs.shape[0], self.env.action_dim, self.generator)
+            with torch.no_grad():
+                return self.policy.act(obs)
+
+        stats = run_episodes(
+            self.env, task_id, self.env.init_states(task_id)[indices], act, self._send
+        )
+        stats.policy_lag = float(self.version)  # the learner turns it into a lag
+        return stats
+
+    def _send(self, rows: dict[str, torch.Tensor]) -> None:
+        try:
+            self.transitions.put((self.rank, rows), timeout=self.timeout_s)
+        except Full:
+            raise ExchangeTimeout(
+                f"env worker {self.rank}: the learner took no transitions for "
+                f"{self.timeout_s:g} s (stalled learner)"
+            ) from None
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass
+class _Publication:
+    ref: Any
+    worker: int
+    sent: float
+
+
+class RLPDActors:
+    """The learner's view of its acting workers: what their envs are, and one round of
+    episodes on all of them while the learner trains on what they stream."""
+
+    def __init__(
+        self, workers: list[Any], reports: list[dict[str, Any]], sizes: list[int],
+        transitions: Queue, settings: Any,
+    ) -> None:  # fmt: skip
+        self.workers, self.sizes, self.transitions = workers, sizes, transitions
+        self.where = [ProcessReport(**report["where"]) for report in reports]
+        first = reports[0]
+        self.obs_shape = tuple(first["obs_shape"])
+        self.action_dim, self.num_tasks = first["action_dim"], first["num_tasks"]
+        self._init_state_counts = first["init_state_counts"]
+        self.num_envs = sum(sizes)
+        self.publish_every = settings.publish_every
+        self.timeout_s = settings.exchange_timeout_s
+        self.published_version = -1
+        self.publications: list[_Publication] = []
+
+    def init_state_count(self, task_id: int) -> int:
+        return self._init_state_counts[task_id]
+
+    def describe(self, worker: int) -> str:
+        where = self.where[worker]
+        return f"env worker {worker} on node {where.node_rank} (pid {where.pid})"
+
+    def collect(
+        self, task_id: int, indices: torch.Tensor, explore: bool, runner: RLPDRunner
+    ) -> EpisodeStats:
+        """Every worker runs one episode of `task_id` on its share of `indices`; the
+        transitions go into `runner`'s buffers and pay for its updates as they come."""
+        self.publish(runner, force=True)
+        pending, start = {}, 0
+        for worker, (handle, size) in enumerate(zip(self.workers, self.sizes, strict=True)):
+            pending[handle.run_episode.remote(task_id, indices[start : start + size], explore)] = (
+                worker
+            )
+            start += size
+        heard = [time.monotonic()] * len(self.workers)
+        results: dict[int, EpisodeStats] = {}
+        while pending:
+            self._take_transitions(runner, heard)
+            self.publish(runner)
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
+            for ref in done:
+                worker = pending.pop(ref)
+                results[worker] = self._result(ref, worker)
+            now = time.monotonic()
+            for worker in pending.values():
+                if now - heard[worker] > self.timeout_s:
+                    raise ExchangeTimeout(
+                        f"{self.describe(worker)} sent no transition for {self.timeout_s:g} s "
+                        "(stalled actor)"
+                    )
+        self._take_transitions(runner, heard)  # a worker's last puts precede its reply
+        stats = [results[worker] for worker in range(len(self.workers))]
+        acted_with = [part.policy_lag for part in stats if part.policy_lag >= 0]
+        lag = runner.learner.updates - sum(acted_with) / len(acted_with) if acted_with else None
+        return EpisodeStats.concat(stats, lag)
+
+    def _take_transitions(self, runner: RLPDRunner, heard: list[float]) -> None:
+        waiting = self.transitions.qsize()
+        if not waiting:
+            return
+        for worker, rows in self.transitions.get_nowait_batch(waiting):
+            heard[worker] = time.monotonic()
+            runner._take_step(rows, self.sizes[worker] / self.num_envs)
+
+    def _result(self, ref: Any, worker: int) -> EpisodeStats:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as error:
+            cause = error.cause if getattr(error, "cause", None) else error
+            if isinstance(cause, ExchangeTimeout):  # the worker found the learner stalled
+                raise ExchangeTimeout(str(cause)) from None
+            raise DistributedRunError(f"{self.describe(worker)} failed: {cause}") from cause
+        except ray.exceptions.RayActorError as error:
+            raise DistributedRunError(f"{self.describe(worker)} died: {error}") from error
+
+    def publish(self, runner: RLPDRunner, force: bool = False) -> None:
+        """The actor's weights to every worker when `publish_every` updates have passed
+        since the last publication (or any have, when `force`); a worker that has not
+        taken a publication within the deadline is reported."""
+        now = time.monotonic()
+        sent = [p for p in self.publications if not ray.wait([p.ref], timeout=0)[0]]
+        for late in sent:
+            if now - late.sent > self.timeout_s:
+                raise ExchangeTimeout(
+                    f"{self.describe(late.worker)} did not take the published weights "
+                    f"within {self.timeout_s:g} s (stalled actor)"
+                )
+        self.publications = sent
+        version = runner.learner.updates
+        due = version - self.published_version
+        if due <= 0 or (not force and due < self.publish_every):
+            return
+        weights = runner.learner.actor.state_dict()
+        state = ray.put({name: tensor.detach() for name, tensor in weights.items()})
+        for worker, handle in enumerate(self.workers):
+            ref = handle.set_weights.remote(version, state)
+            self.publications.append(_Publication(ref, worker, now))
+        self.published_version = version
+
+
+class RLPDLearnerProcess:
+    """The learner in its placed process: an RLPDRunner whose env copies are the workers'."""
+
+    def __init__(
+        self, config: dict[str, Any], output_dir: str, node_rank: int, reports: Queue
+    ) -> None:
+        self.config = ExperimentConfig.model_validate(config)
+        self.output_dir, self.node_rank, self.reports = Path(output_dir), node_rank, reports
+        self.stop_asked = False
+        self.runner: RLPDRunner | None = None
+
+    def start(
+        self, workers: list[Any], worker_reports: list[dict[str, Any]], sizes: list[int],
+        transitions: Queue,
+    ) -> dict[str, Any]:  # fmt: skip
+        from trainer.runner.rlpd_runner import RLPDRunner
+
+        actors = RLPDActors(workers, worker_reports, sizes, transitions, self.config.algorithm.rlpd)
+        self.runner = RLPDRunner(
+            self.config,
+            output_dir=self.output_dir,
+            on_metrics=lambda it, metrics: self.reports.put(("metrics", it, metrics)),
+            on_checkpoint=lambda it, path: self.reports.put(("checkpoint", it, str(path))),
+            actors=actors,
+        )
+        here = ProcessReport.here(ACTOR, 0, self.node_rank, ray.util.get_node_ip_address())
+        return here.to_json()
+
+    def learn(self, resume: bool) -> dict[str, Any]:
+        assert self.runner is not None, "start() first"
+        beating = threading.Event()
+
+        def heartbeat() -> None:  # tells the driver this process is alive between reports
+            while not beating.wait(HEARTBEAT_S):
+                self.reports.put(("alive", 0, None))
+
+        threading.Thread(target=heartbeat, daemon=True).start()
+        try:
+            history = self.runner.learn(resume=resume, should_stop=lambda: self.stop_asked)
+        finally:
+            beating.set()
+        return {"iteration": self.runner.iteration, "last": history[-1] if history else {}}
+
+    def ask_to_stop(self) -> None:
+        self.stop_asked = True
+
+
+def train_rlpd_split(
+    config: ExperimentConfig,
+    plan: Plan,
+    output_dir: Path,
+    *,
+    resume: bool = False,
+    should_stop: Callable[[], bool] | None = None,
+    on_metrics: Callable[[int, dict[str, float]], None] | None = None,
+    on_checkpoint: Callable[[int, Path], None] | None = None,
+    on_placed: Callable[[list[ProcessReport]], None] | None = None,
+    start_timeout_s: float = 120.0,
+) -> DistributedResult:
+    """Train an RLPD `config` with its learner and acting workers where `plan` says."""
+    from trainer.runtime.ray_placement import create_placed_actors
+
+    check_rlpd_plan(plan)
+    if not ray.is_initialized():
+        ray.init(log_to_driver=True)  # RAY_ADDRESS (set for a Ray job) says which cluster
+    timeout_s = config.algorithm.rlpd.exchange_timeout_s
+    env_processes = sorted(plan.components[ENV], key=lambda p: p.process_rank)
+    sizes = shard_sizes(config.env.num_parallel_envs, len(env_processes))
+    size_of = {p.process_rank: n for p, n in zip(env_processes, sizes, strict=True)}
+    reports, transitions = Queue(), Queue(maxsize=QUEUE_MESSAGES)
+    settings = config.model_dump(mode="json")
+    placed = create_placed_actors(
+        {
+            ACTOR: ray.remote(max_concurrency=2)(RLPDLearnerProcess),
+            ENV: ray.remote(max_concurrency=2)(RLPDActorWorker),
+        },
+        plan,
+        components=[ACTOR, ENV],
+        constructor_args=lambda p: (
+            (settings, str(output_dir), p.node_rank, reports)
+            if p.component == ACTOR
+            else (
+                settings,
+                p.process_rank,
+                p.node_rank,
+                size_of[p.process_rank],
+                transitions,
+                timeout_s,
+            )
+        ),  # fmt: skip
+        timeout_s=start_timeout_s,
+    )
+    learner = next(a.handle for a in placed if a.process.component == ACTOR)
+    workers = [
+        a.handle
+        for a in sorted(placed, key=lambda a: a.process.process_rank)
+        if a.process.component == ENV
+    ]
+    try:
+        described = _answer(ray.get, [w.describe.remote() for w in workers], start_timeout_s)
+        here = _answer(
+            ray.get, learner.start.remote(workers, described, sizes, transitions), start_timeout_s
+        )
+        processes = [ProcessReport(**here), *(ProcessReport(**d["where"]) for d in described)]
+        if on_placed is not None:
+            on_placed(processes)
+        loop = learner.learn.remote(resume)
+        stop_sent, heard = False, time.monotonic()
+        while True:
+            if _relay(reports, on_metrics, on_checkpoint, None):
+                heard = time.monotonic()
+            if not stop_sent and should_stop is not None and should_stop():
+                learner.ask_to_stop.remote()
+                stop_sent = True
+            done, _ = ray.wait([loop], timeout=0.2)
+            if done:
+                result = _answer(ray.get, loop, 1.0)
+                break
+            if time.monotonic() - heard > timeout_s:
+                raise ExchangeTimeout(
+                    f"the learner on node {here['node_rank']} (pid {here['pid']}) sent "
+                    f"nothing for {timeout_s:g} s (stalled learner)"
+                )
+        _relay(reports, on_metrics, on_checkpoint, None)
+        return DistributedResult(
+            result["iteration"], result["last"], processes, stop_sent, [result]
+        )
+    finally:
+        for actor in placed:
+            if actor.process.component == ENV:
+                try:
+                    ray.get(actor.handle.close.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 - a dead or stuck worker is killed below
+                    pass
+            ray.kill(actor.handle)
+        for queue in (reports, transitions):
+            queue.shutdown()
+
+
+def _answer(get: Any, refs: Any, timeout_s: float) -> Any:
+    try:
+        return get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise ExchangeTimeout(f"no answer within {timeout_s:g} s") from None
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause if getattr(error, "cause", None) else error
+        if isinstance(cause, ExchangeTimeout):  # a stall another process detected
+            raise ExchangeTimeout(str(cause)) from None
+        raise DistributedRunError(str(cause)) from cause
+    except ray.exceptions.RayActorError as error:
+        raise DistributedRunError(f"a process of the run died: {error}") from error
