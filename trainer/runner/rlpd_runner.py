@@ -195,7 +195,7 @@ class RLPDRunner:
         """Uniformly random actions until `training_starts` online transitions."""
         return len(self.online) < self.config.algorithm.rlpd.training_starts
 
-    def _take_step(self, rows: dict[str, torch.Tensor], share: float) -> None:
+    def take_step(self, rows: dict[str, torch.Tensor], share: float) -> None:
         """One env step's transitions (of `share` of the run's copies) into the buffers,
         then the update rounds they pay for: `updates_per_step` per step of every copy."""
         add_transitions(self.online, self.demo, rows)
@@ -218,7 +218,7 @@ class RLPDRunner:
         else:
             stats = run_episodes(
                 self.env, task_id, self.env.init_states(task_id)[indices], self._act,
-                lambda rows: self._take_step(rows, 1.0),
+                lambda rows: self.take_step(rows, 1.0),
             )  # fmt: skip
         elapsed = time.monotonic() - started
         update_metrics, update_seconds = self.update_metrics, self.update_seconds

@@ -120,7 +120,11 @@ class RLPDActorWorker:
             self.version = published[0]
             self.policy.load_state_dict(published[1])
 
-    def run_episode(self, task_id: int, indices: torch.Tensor, explore: bool) -> EpisodeStats:
+    def run_episode(
+        self, task_id: int, indices: torch.Tensor, explore: bool
+    ) -> tuple[EpisodeStats, int]:
+        """One episode of every copy; its stats and the weights' version acted with last."""
+
         def act(obs: torch.Tensor) -> torch.Tensor:
             self._take_weights()
             if explore or self.version < 0:
@@ -131,8 +135,7 @@ class RLPDActorWorker:
         stats = run_episodes(
             self.env, task_id, self.env.init_states(task_id)[indices], act, self._send
         )
-        stats.policy_lag = float(self.version)  # the learner turns it into a lag
-        return stats
+        return stats, self.version
 
     def _send(self, rows: dict[str, torch.Tensor]) -> None:
         try:
@@ -194,7 +197,7 @@ class RLPDActors:
             )
             start += size
         heard = [time.monotonic()] * len(self.workers)
-        results: dict[int, EpisodeStats] = {}
+        results: dict[int, tuple[EpisodeStats, int]] = {}
         while pending:
             self._take_transitions(runner, heard)
             self.publish(runner)
@@ -210,10 +213,10 @@ class RLPDActors:
                         "(stalled actor)"
                     )
         self._take_transitions(runner, heard)  # a worker's last puts precede its reply
-        stats = [results[worker] for worker in range(len(self.workers))]
-        acted_with = [part.policy_lag for part in stats if part.policy_lag >= 0]
+        ordered = [results[worker] for worker in range(len(self.workers))]
+        acted_with = [version for _, version in ordered if version >= 0]
         lag = runner.learner.updates - sum(acted_with) / len(acted_with) if acted_with else None
-        return EpisodeStats.concat(stats, lag)
+        return EpisodeStats.concat([stats for stats, _ in ordered], lag)
 
     def _take_transitions(self, runner: RLPDRunner, heard: list[float]) -> None:
         waiting = self.transitions.qsize()
@@ -221,9 +224,9 @@ class RLPDActors:
             return
         for worker, rows in self.transitions.get_nowait_batch(waiting):
             heard[worker] = time.monotonic()
-            runner._take_step(rows, self.sizes[worker] / self.num_envs)
+            runner.take_step(rows, self.sizes[worker] / self.num_envs)
 
-    def _result(self, ref: Any, worker: int) -> EpisodeStats:
+    def _result(self, ref: Any, worker: int) -> tuple[EpisodeStats, int]:
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as error:
