@@ -33,18 +33,6 @@ class EvalRequest:
     states: int | None = None
 
 
-# The protocol evaluates chunked policies (trainer/evaluation); an RLPD checkpoint holds
-# a squashed-Gaussian actor and critics instead.
-EVALUABLE_ALGORITHMS = ("ppo", "grpo", "rloo")
-
-
-def not_evaluable(run_id: int, algorithm: str) -> str:
-    return (
-        f"run {run_id} trains with {algorithm}, whose checkpoints the evaluation protocol "
-        "cannot load yet (it evaluates ppo, grpo and rloo policies)"
-    )
-
-
 class EvaluationRefused(ValueError):
     """A request that cannot be run: {field: what is wrong}, every problem at once
     (`run` when the source run itself cannot be evaluated)."""
@@ -105,8 +93,6 @@ def check_request(source: Run, request: EvalRequest) -> tuple[int, dict, int | N
     except ConfigError as error:
         problem = f"run {source.pk}'s config does not validate: {error}"
         raise EvaluationRefused({"run": problem}) from None
-    if config.algorithm.name not in EVALUABLE_ALGORITHMS:
-        raise EvaluationRefused({"run": not_evaluable(source.pk, config.algorithm.name)})
     problems: dict[str, str] = {}
     iteration = _checkpoint(source, request.checkpoint, problems)
     suite = _suite(config, request.suite, problems)

@@ -8,11 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from controlplane.access.doors import may
 from controlplane.runs import eval_tables
-from controlplane.runs.evaluations import (
-    EVALUABLE_ALGORITHMS,
-    evaluation_choices,
-    not_evaluable,
-)
+from controlplane.runs.evaluations import evaluation_choices
 from controlplane.runs.forms import EvaluateForm
 from controlplane.runs.models import Run, RunEvent, RunState
 from trainer.cluster import ClusterConfigError, cluster_from_dict, resolve_placement
@@ -48,15 +44,11 @@ def evaluations_context(
     checkpoint) and the Evaluate form: shown to a role that may launch one, once the run
     has a checkpoint."""
     evaluations = eval_tables.evaluations_of(run)
-    algorithm = algorithm_name(run)
-    evaluable = algorithm in EVALUABLE_ALGORITHMS
-    may_launch = may(user, "run-evaluate", "POST")
-    choices = evaluation_choices(run) if may_launch and evaluable else None
+    choices = evaluation_choices(run) if may(user, "run-evaluate", "POST") else None
     return {
         "evaluations": evaluations,
         "eval_tables": eval_tables.checkpoints_side_by_side(evaluations),
         "eval_choices": choices,
-        "not_evaluable": None if evaluable else not_evaluable(run.pk, algorithm),
         "can_evaluate": bool(choices and choices.checkpoints),
         "eval_form": form or EvaluateForm(),
     }

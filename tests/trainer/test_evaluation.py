@@ -163,15 +163,24 @@ def test_the_task_counts_the_control_plane_checks_are_the_envs_own():
     assert env_task_count("some_plugin_env", None) is None
 
 
-def test_an_rlpd_checkpoint_is_refused_with_the_reason(tmp_path, capsys):
+def test_an_rlpd_checkpoint_is_evaluated_as_its_deterministic_actor(tmp_path):
     from trainer.config.loading import load_config
     from trainer.runner.rlpd_runner import RLPDRunner
 
     config = load_config(
         "examples/builtin_rlpd.yaml",
-        ["runner.iterations=1", "runner.progress=false", f"runner.output_dir={tmp_path}",
-         "env.interventions.source=none", "algorithm.rlpd.demo_fraction=0"],
+        ["runner.iterations=6", "runner.progress=false", f"runner.output_dir={tmp_path}"],
     )  # fmt: skip
-    RLPDRunner(config).learn()
-    assert trainer_main(["eval", str(tmp_path), "--output", str(tmp_path / "eval")]) == 2
-    assert "an rlpd checkpoint (actor and critics) cannot be evaluated" in capsys.readouterr().err
+    runner = RLPDRunner(config)
+    runner.learn()
+    try:  # the run's own check: its first 8 init states, the operator off
+        own = runner.evaluate()
+    finally:
+        runner.close()
+    args = ["eval", str(tmp_path), "--states", "8", "--output", str(tmp_path / "eval")]
+    assert trainer_main(args) == 0
+    table = json.loads(next((tmp_path / "eval").glob("eval-builtin_reach-iter6.json")).read_text())
+    (task,) = table["tasks"]
+    assert task["task_id"] == 0 and task["episodes"] == 8
+    assert list(task["per_horizon"]) == ["1"] and task["per_horizon"]["1"]["episodes"] == 8
+    assert task["successes"] / 8 == own  # the same states, the same deterministic actions

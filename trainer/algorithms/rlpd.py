@@ -4,7 +4,10 @@ and `cta_ratio` updates per round — `cta_ratio - 1` critic-only updates, then 
 joint critic + actor + temperature update, each on a fresh batch (drawn half from
 the demo buffer by `trainer.data.replay.MixedSampler`).
 
-Transitions: `obs`, `action` (in [-1, 1]), `reward`, `next_obs`, `terminal`.
+Transitions: `obs`, `action` (in [-1, 1]), `reward`, `next_obs`, `terminal`. State
+observations go to the networks as they are; camera images ([C, H, W], uint8 as the
+buffers store them or floats in [0, 1]) through a CNN of trainer.models, one for the
+actor and one for the critics (shared by the members; the targets have their own copy).
 Successes are terminal; a time-out is not (its target bootstraps from `next_obs`, the
 true final observation).
 """
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from trainer.models.encoders import build_encoder
 
 Batch = dict[str, torch.Tensor]
 LOG_STD_RANGE = (-5.0, 2.0)
@@ -67,17 +72,44 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+class PixelEncoder(nn.Module):
+    """Camera images to features with trainer.models' CNN; uint8 frames (as the replay
+    buffers keep them) are scaled to [0, 1] first."""
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int) -> None:
+        super().__init__()
+        self.cnn = build_encoder("cnn", obs_shape, (feature_dim,))
+        self.feature_dim = feature_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.dtype == torch.uint8:
+            obs = obs.float().div_(255.0)
+        return self.cnn(obs)
+
+
+def observation_encoder(obs_shape: tuple[int, ...], feature_dim: int) -> tuple[nn.Module, int]:
+    """The encoder of one network and the width of what it gives: state vectors pass
+    through unchanged, images ([C, H, W]) go through a CNN."""
+    if len(obs_shape) == 1:
+        return nn.Identity(), obs_shape[0]
+    if len(obs_shape) == 3:
+        encoder = PixelEncoder(obs_shape, feature_dim)
+        return encoder, encoder.feature_dim
+    raise ValueError(f"rlpd takes state vectors or [C, H, W] images, not shape {obs_shape}")
+
+
 class CriticEnsemble(nn.Module):
     """Q(s, a) of every member: [E, B]."""
 
     def __init__(
-        self, obs_dim: int, action_dim: int, members: int, hidden: tuple[int, ...],
-        layer_norm: bool,
+        self, obs_shape: tuple[int, ...], action_dim: int, members: int,
+        hidden: tuple[int, ...], layer_norm: bool,
     ) -> None:  # fmt: skip
         super().__init__()
         self.members = members
+        self.encoder, features = observation_encoder(obs_shape, hidden[-1])
         layers: list[nn.Module] = []
-        width = obs_dim + action_dim
+        width = features + action_dim
         for size in hidden:
             layers.append(EnsembleLinear(members, width, size))
             if layer_norm:
@@ -88,17 +120,21 @@ class CriticEnsemble(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([obs, action], dim=-1).unsqueeze(0).expand(self.members, -1, -1)
+        x = torch.cat([self.encoder(obs), action], dim=-1)
+        x = x.unsqueeze(0).expand(self.members, -1, -1)
         return self.net(x).squeeze(-1)
 
 
 class TanhGaussianActor(nn.Module):
     """A Gaussian squashed by tanh into [-1, 1], with the change-of-variables term."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...]) -> None:
+    def __init__(
+        self, obs_shape: tuple[int, ...] | int, action_dim: int, hidden: tuple[int, ...]
+    ) -> None:
         super().__init__()
+        shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+        self.encoder, width = observation_encoder(shape, hidden[-1])
         layers: list[nn.Module] = []
-        width = obs_dim
         for size in hidden:
             layers += [nn.Linear(width, size), nn.ReLU()]
             width = size
@@ -106,7 +142,7 @@ class TanhGaussianActor(nn.Module):
         self.head = nn.Linear(width, 2 * action_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.head(self.body(obs)).chunk(2, dim=-1)
+        mean, log_std = self.head(self.body(self.encoder(obs))).chunk(2, dim=-1)
         return mean, log_std.clamp(*LOG_STD_RANGE)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,15 +164,19 @@ class TanhGaussianActor(nn.Module):
 class RLPDLearner:
     """The networks, their optimisers and the update schedule."""
 
-    def __init__(self, obs_dim: int, action_dim: int, settings: RLPDSettings) -> None:
+    def __init__(
+        self, obs_shape: tuple[int, ...] | int, action_dim: int, settings: RLPDSettings
+    ) -> None:
+        """`obs_shape`: a state vector's width (an int or a 1-tuple) or an image's [C, H, W]."""
+        shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.settings = settings
         hidden = settings.hidden_sizes
-        self.actor = TanhGaussianActor(obs_dim, action_dim, hidden)
+        self.actor = TanhGaussianActor(shape, action_dim, hidden)
         self.critic = CriticEnsemble(
-            obs_dim, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
+            shape, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
         )
         self.target_critic = CriticEnsemble(
-            obs_dim, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
+            shape, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
         )
         self.target_critic.load_state_dict(self.critic.state_dict())
         self.target_critic.requires_grad_(False)

@@ -3,10 +3,11 @@ one from an action source (a scripted operator, or a human through the console).
 
 The file holds one array per transition field, all with the same first dimension:
 
-- `obs` `[N, *obs_shape]` float32: the observation the action was chosen in;
+- `obs` `[N, *obs_shape]` float32 (camera images `[N, C, H, W]` also as uint8, which is
+  how they are recorded): the observation the action was chosen in;
 - `action` `[N, action_dim]` float32: the action executed, in [-1, 1];
 - `reward` `[N]` float32: the step's reward;
-- `next_obs` `[N, *obs_shape]` float32: the next observation (at an episode's end the
+- `next_obs` `[N, *obs_shape]`, as `obs`: the next observation (at an episode's end the
   true final one, not the reset's);
 - `terminal` `[N]` bool: the episode reached a terminal state (success); a time-out is
   not terminal;
@@ -72,7 +73,8 @@ def load_demos(path: str | Path) -> Batch:
             f"{path}: next_obs has shape {arrays['next_obs'].shape}, obs {arrays['obs'].shape}"
         )
     for name in ("action", "obs", "next_obs", "reward"):
-        arrays[name] = arrays[name].astype(np.float32)
+        if not (name.endswith("obs") and arrays[name].dtype == np.uint8):  # images stay compact
+            arrays[name] = arrays[name].astype(np.float32)
     arrays.setdefault("intervened", np.ones(rows, dtype=bool))
     for name in ("terminal", "intervened"):
         arrays[name] = arrays[name].astype(bool)

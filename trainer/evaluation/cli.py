@@ -17,7 +17,8 @@ import torch
 
 from trainer.config.errors import ConfigError, ConfigProblem
 from trainer.config.schema import ExperimentConfig
-from trainer.evaluation.protocol import EvalTable, evaluate
+from trainer.envs.vector_env import VectorEnv
+from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
 from trainer.link import EvalReporter, link_from_env, report_failure
 from trainer.runner.build import build_components
 from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
@@ -83,13 +84,7 @@ def eval_config(state: dict[str, Any], args: argparse.Namespace) -> ExperimentCo
     if args.states is not None and args.states < 1:
         raise ConfigError.single("--states", f"must be at least 1, not {args.states}")
     config = ExperimentConfig.model_validate(state["config"])
-    if config.algorithm.name == "rlpd":
-        raise ConfigError.single(
-            "--checkpoint",
-            "an rlpd checkpoint (actor and critics) cannot be evaluated by this protocol "
-            "yet: it evaluates ppo, grpo and rloo policies",
-        )
-    env_changes: dict[str, Any] = {}
+    env_changes: dict[str, Any] = {"interventions": {"source": "none"}}  # the policy alone
     if args.suite:
         if config.env.name != "libero":
             raise ConfigError.single("--suite", f"{config.env.name} has no suites")
@@ -138,12 +133,12 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
              "tasks": asked, "states": args.states},
             ProcessReport.here("actor", 0, 0).to_json(),
         )  # fmt: skip
-        components = build_components(config, torch.Generator().manual_seed(0))
+        evaluated = _policy_and_env(config, state)
     except (NoCheckpoint, ConfigError) as error:
         return _refused(error, reporter)
-    algorithm, env = components.algorithm, components.env
+    policy, env, task_ids, horizons, chunk = evaluated
     try:
-        tasks = asked if asked is not None else components.task_ids
+        tasks = asked if asked is not None else task_ids
         unknown = [task for task in tasks if task >= env.num_tasks]
         if unknown:
             problem = ConfigProblem(
@@ -152,9 +147,6 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
                 + ", ".join(map(str, unknown)),
             )
             return _refused(ConfigError([problem]), reporter)
-        algorithm.load_state_dict(state["algorithm"])
-        horizons = sorted(set(config.rollout.action_horizons_pattern))
-        chunk = config.actor.model.num_action_chunks
         done: list[int] = []
         reporter.task_done(0, len(tasks))
 
@@ -162,7 +154,7 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
             done.append(result.task_id)
             reporter.task_done(len(done), len(tasks))
 
-        results = evaluate(algorithm.policy, env, tasks, horizons, chunk, args.states, task_done)
+        results = evaluate(policy, env, tasks, horizons, chunk, args.states, task_done)
     finally:
         env.close()
     table = EvalTable(
@@ -178,6 +170,28 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
     print(table.to_markdown())
     print(f"wrote {output / stem}.json and .md")
     return EXIT_OK
+
+
+def _policy_and_env(
+    config: ExperimentConfig, state: dict[str, Any]
+) -> tuple[Any, VectorEnv, list[int], list[int], int]:
+    """The checkpoint's policy as the protocol runs it, the env, the run's tasks, the
+    horizons to evaluate and the chunk. An RLPD actor acts one action at a time: a plan
+    of horizon 1."""
+    if config.algorithm.name == "rlpd":
+        from trainer.algorithms.rlpd import RLPDLearner
+        from trainer.runner.rlpd_runner import build_env, rlpd_settings
+
+        env = build_env(config)
+        learner = RLPDLearner(env.obs_shape, env.action_dim, rlpd_settings(config))
+        learner.load_state_dict(state["learner"])
+        tasks = list(config.env.task_ids or range(env.num_tasks))
+        return OneActionPlans(learner.actor, env.action_dim), env, tasks, [1], 1
+    components = build_components(config, torch.Generator().manual_seed(0))
+    components.algorithm.load_state_dict(state["algorithm"])
+    horizons = sorted(set(config.rollout.action_horizons_pattern))
+    chunk = config.actor.model.num_action_chunks
+    return components.algorithm.policy, components.env, components.task_ids, horizons, chunk
 
 
 def _refused(error: Exception, reporter: EvalReporter) -> int:

@@ -1,6 +1,8 @@
 """The evaluation protocol: every task × every one of its fixed init states (LIBERO's 50),
 deterministic actions (the plan's mean), the env's own settle steps and step limit, one
-episode each; per task, per horizon of the run's pattern, and their averages.
+episode each; per task, per horizon of the run's pattern, and their averages. A policy
+that acts one action at a time (RLPD's actor) is run as plans of horizon 1
+(`OneActionPlans`).
 
 Episodes run `num_envs` at a time on the env (split over `env.num_workers` processes
 when the config asks for them); a batch that is not full repeats its last state and
@@ -14,10 +16,31 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from trainer.envs.vector_env import VectorEnv
 from trainer.models.plan_cache import PlanCache
 from trainer.models.policy import GaussianChunkPolicy
+
+
+class OneActionPlans(nn.Module):
+    """An actor that gives one action per observation (RLPD's squashed Gaussian), seen
+    by the protocol as a policy whose plans are one action long; deterministic: its
+    `act(obs, deterministic=True)`."""
+
+    max_horizon = 1
+
+    def __init__(self, actor: nn.Module, action_dim: int) -> None:
+        super().__init__()
+        self.actor, self.env_action_dim = actor, action_dim
+
+    @torch.no_grad()
+    def sample_plan(
+        self, obs: torch.Tensor, horizons: torch.Tensor, deterministic: bool = True,
+        steps: int | None = None, chunk: int = 1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        action = self.actor.act(obs, deterministic=True)
+        return action.unsqueeze(1), torch.zeros(obs.shape[0], 1)
 
 
 @dataclass
@@ -106,7 +129,7 @@ def _rate(pair: list[int]) -> float:
 
 @torch.no_grad()
 def evaluate(
-    policy: GaussianChunkPolicy,
+    policy: GaussianChunkPolicy | OneActionPlans,
     env: VectorEnv,
     task_ids: list[int],
     horizons: list[int],
@@ -144,7 +167,7 @@ def evaluate(
 
 
 def _episodes(
-    policy: GaussianChunkPolicy,
+    policy: GaussianChunkPolicy | OneActionPlans,
     env: VectorEnv,
     task_id: int,
     init_states: torch.Tensor,

@@ -31,7 +31,7 @@ from trainer.config.errors import ConfigError
 from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
-from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
+from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
 from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
 from trainer.envs.libero_setup import LiberoNotInstalledError
@@ -75,8 +75,6 @@ def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
 
 def build_env(config: ExperimentConfig) -> VectorEnv:
     """The run's env copies, wrapped for interventions when a source is configured."""
-    if config.env.camera:
-        raise ConfigError.single("env.camera", "rlpd learns from state observations only")
     try:
         env = make_vector_env(
             config.env.name, num_envs=config.env.num_parallel_envs,
@@ -127,7 +125,7 @@ class RLPDRunner:
         self.num_envs, self.num_tasks = envs.num_envs, envs.num_tasks
         try:  # a config the env refuses must not leave its worker processes behind
             task_ids = self._task_ids()
-            self.learner = RLPDLearner(self.obs_shape[0], self.action_dim, rlpd_settings(config))
+            self.learner = RLPDLearner(self.obs_shape, self.action_dim, rlpd_settings(config))
             self.online = ReplayBuffer(r.online_capacity)
             self.demo = ReplayBuffer(r.demo_capacity)
             self.demos_loaded = self._load_demos()
@@ -154,8 +152,10 @@ class RLPDRunner:
 
     def _task_ids(self) -> list[int]:
         config = self.config
-        if len(self.obs_shape) != 1:
-            raise ConfigError.single("env", "rlpd needs flat state observations")
+        if len(self.obs_shape) not in (1, 3):
+            raise ConfigError.single(
+                "env", f"rlpd takes state vectors or [C, H, W] images, not {self.obs_shape}"
+            )
         task_ids = list(config.env.task_ids or range(self.num_tasks))
         bad = [t for t in task_ids if not 0 <= t < self.num_tasks]
         if bad:
@@ -182,6 +182,8 @@ class RLPDRunner:
                     f"{path}: {name} rows have shape {tuple(demos[name].shape[1:])}, the "
                     f"env's are {shape}",
                 )
+        for name in ("obs", "next_obs"):
+            demos[name] = compact_images(demos[name])
         self.demo.add(demos)
         return int(demos["obs"].shape[0])
 

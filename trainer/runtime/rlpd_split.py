@@ -90,7 +90,7 @@ class RLPDActorWorker:
         self.rank, self.node_rank = rank, node_rank
         self.env = build_env(self.config)
         hidden = tuple(self.config.algorithm.rlpd.hidden_sizes)
-        self.policy = TanhGaussianActor(self.env.obs_shape[0], self.env.action_dim, hidden)
+        self.policy = TanhGaussianActor(self.env.obs_shape, self.env.action_dim, hidden)
         self.generator = torch.Generator().manual_seed(seed)
         self.transitions, self.timeout_s = transitions, timeout_s
         self.version = -1  # the learner's update count when the weights were published

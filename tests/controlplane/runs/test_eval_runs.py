@@ -19,7 +19,6 @@ from controlplane.runs.cancellation import request_cancel
 from controlplane.runs.evaluations import (
     EvalRequest,
     EvaluationRefused,
-    not_evaluable,
     request_evaluation,
 )
 from controlplane.runs.models import Run, RunKind, RunState
@@ -178,16 +177,16 @@ def test_a_run_without_checkpoints_and_an_eval_run_cannot_be_evaluated(api):
     assert api.post("/api/v1/runs/999999/evaluate", {}, format="json").status_code == 404
 
 
-def test_an_rlpd_run_is_refused_with_the_reason_at_the_api_and_on_its_page(api, client, operator):
+def test_an_rlpd_run_is_evaluated_like_any_other(api, client, operator):
     rlpd = (settings.BASE_DIR / "examples/builtin_rlpd.yaml").read_text()
     run = finished_run("rlpd", config=rlpd)
-    reply = api.post(f"/api/v1/runs/{run.pk}/evaluate", {}, format="json")
-    assert reply.status_code == 400
-    assert reply.json() == {"run": [not_evaluable(run.pk, "rlpd")]}
     client.force_login(operator)
     page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert 'id="evaluate-form"' not in page
-    assert f"Not available: run {run.pk} trains with rlpd" in page
+    assert 'id="evaluate-form"' in page
+    reply = api.post(f"/api/v1/runs/{run.pk}/evaluate", {"checkpoint": 4}, format="json")
+    assert reply.status_code == 201, reply.json()
+    evaluation = Run.objects.get(pk=reply.json()["id"])
+    assert evaluation.kind == RunKind.EVAL and evaluation.source_run_id == run.pk
 
 
 def test_libero_runs_choose_a_suite_with_as_many_tasks(api):

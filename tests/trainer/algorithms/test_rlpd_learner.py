@@ -168,3 +168,38 @@ def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="critic_subsample"):
         RLPDSettings(critic_ensemble=2, critic_subsample=3)
     assert math.isclose(learner(init_temperature=0.1).temperature, 0.1, rel_tol=1e-6)
+
+
+def test_image_observations_train_through_each_networks_own_encoder():
+    torch.manual_seed(0)
+    shape = (3, 16, 16)
+    rlpd = RLPDLearner(shape, ACT, RLPDSettings(hidden_sizes=(32, 32), cta_ratio=1, tau=0.5))
+
+    def frames() -> dict:  # uint8, as the replay buffers keep camera frames
+        return {
+            **batch(16),
+            "obs": torch.randint(0, 256, (16, *shape), dtype=torch.uint8),
+            "next_obs": torch.randint(0, 256, (16, *shape), dtype=torch.uint8),
+        }
+
+    encoders = {
+        "actor": rlpd.actor.encoder, "critic": rlpd.critic.encoder,
+        "target": rlpd.target_critic.encoder,
+    }  # fmt: skip
+    before = {name: snapshot(encoder) for name, encoder in encoders.items()}
+    metrics = rlpd.update(frames)
+    assert all(math.isfinite(value) for value in metrics.values())
+    assert all(changed(before[name], snapshot(e)) for name, e in encoders.items())
+    # The target's encoder follows the critic's by the Polyak step, not by gradients.
+    for old, online, new in zip(
+        before["target"], encoders["critic"].parameters(), encoders["target"].parameters(),
+        strict=True,
+    ):  # fmt: skip
+        torch.testing.assert_close(new, 0.5 * old + 0.5 * online.detach())
+    # The policy acts on the env's float frames too.
+    assert rlpd.actor.act(torch.rand(4, *shape)).shape == (4, ACT)
+
+
+def test_observations_that_are_neither_vectors_nor_images_are_refused():
+    with pytest.raises(ValueError, match=r"state vectors or \[C, H, W\] images, not shape"):
+        RLPDLearner((4, 4), ACT, RLPDSettings(hidden_sizes=(8,)))

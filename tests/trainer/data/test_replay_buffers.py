@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
+from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, transition_batch
+from trainer.envs.vector_env import EnvStep
 
 
 def transitions(first: int, count: int, intervened: list[bool] | None = None) -> dict:
@@ -124,3 +125,16 @@ def test_a_snapshot_holds_only_the_stored_rows(tmp_path):
     buffer.add(transitions(0, 5))
     torch.save(buffer.state_dict(), tmp_path / "small.pt")
     assert (tmp_path / "small.pt").stat().st_size < 20_000  # not the 100,000-row ring
+
+
+def test_camera_frames_are_stored_as_uint8_within_half_a_level():
+    def step(obs: torch.Tensor) -> EnvStep:
+        no = torch.zeros(2, dtype=torch.bool)
+        return EnvStep(obs, torch.zeros(2), no, no, no, torch.ones(2, dtype=torch.long))
+
+    frames = torch.rand(2, 3, 8, 8)
+    rows = transition_batch(frames, torch.zeros(2, 7), step(torch.rand(2, 3, 8, 8)))
+    assert rows["obs"].dtype == rows["next_obs"].dtype == torch.uint8
+    assert (rows["obs"].float() / 255 - frames).abs().max() <= 0.5 / 255 + 1e-6
+    state = transition_batch(torch.rand(2, 5), torch.zeros(2, 7), step(torch.rand(2, 5)))
+    assert state["obs"].dtype == state["next_obs"].dtype == torch.float32

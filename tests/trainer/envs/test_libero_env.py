@@ -164,7 +164,8 @@ def test_the_runner_collects_and_updates_on_libero(libero_installed, tmp_path):
     assert metrics["losses/updates"] == 1
 
 
-def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path):
+@pytest.mark.parametrize("camera", [False, True], ids=["state", "camera"])
+def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path, camera):
     from trainer.config.loading import load_config
     from trainer.runner.rlpd_runner import RLPDRunner
 
@@ -172,12 +173,19 @@ def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path
         "examples/libero_spatial_rlpd.yaml",
         ["env.max_episode_steps=10", "runner.iterations=1", "runner.progress=false",
          "algorithm.rlpd.training_starts=4", "algorithm.rlpd.batch_size=8",
-         "algorithm.rlpd.demo_fraction=0", f"runner.output_dir={tmp_path}"],
+         "algorithm.rlpd.demo_fraction=0", f"runner.output_dir={tmp_path}",
+         f"env.camera={str(camera).lower()}"],
     )  # fmt: skip
     runner = RLPDRunner(config)
     try:
         metrics = runner.train_iteration()
+        stored = runner.online.ordered()["obs"]
+        acted = runner.learner.actor.act(runner.env.reset(0, runner.env.init_states(0)[:2]))
     finally:
         runner.close()
     assert metrics["rollout/episodes"] == 2 and metrics["rollout/episode_length"] == 10
     assert metrics["buffers/online"] == 20 and metrics["rlpd/updates"] > 0
+    assert acted.shape == (2, 7)
+    if camera:  # frames kept as uint8 in the buffer, through the CNN in the networks
+        assert stored.dtype == torch.uint8 and stored.shape[1:] == runner.obs_shape
+        assert len(runner.obs_shape) == 3
