@@ -64,7 +64,8 @@ def where_it_runs(run: Run) -> list[dict[str, Any]]:
     """Each process of the run as the plan places it and as it reported itself (the
     newest `placed` event): component, rank, planned node and devices, reported node,
     pid, devices seen, interpreter. Planned rows come from the frozen config's
-    `cluster:` section; without one, the run is one process on node 0."""
+    `cluster:` section; without one, or for an eval run (`trainer eval` is one process
+    whatever the source run's placement), the run is one process on node 0."""
     placed = run.events.filter(kind="placed").order_by("-created_at", "-pk").first()
     reported = {
         (p.get("component"), p.get("rank")): p
@@ -83,7 +84,7 @@ def _planned_processes(run: Run) -> dict[tuple[str, int], dict[str, Any]]:
     try:
         config = yaml.safe_load(run.config_yaml) or {}
         section = config.get("cluster")
-        if not section:
+        if not section or run.is_eval:
             return {("actor", 0): {"node_rank": 0, "devices": ""}}
         data = section.get("cluster", section)
         plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))

@@ -179,7 +179,8 @@ def test_a_run_without_checkpoints_and_an_eval_run_cannot_be_evaluated(api):
 
 def test_an_rlpd_run_is_evaluated_like_any_other(api, client, operator):
     rlpd = (settings.BASE_DIR / "examples/builtin_rlpd.yaml").read_text()
-    run = finished_run("rlpd", config=rlpd)
+    split = "cluster: {num_nodes: 2, component_placement: {actor: '0', env: '0-1'}}\n"
+    run = finished_run("rlpd", config=rlpd + split)
     client.force_login(operator)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="evaluate-form"' in page
@@ -187,6 +188,10 @@ def test_an_rlpd_run_is_evaluated_like_any_other(api, client, operator):
     assert reply.status_code == 201, reply.json()
     evaluation = Run.objects.get(pk=reply.json()["id"])
     assert evaluation.kind == RunKind.EVAL and evaluation.source_run_id == run.pk
+    # The evaluation is one process, whatever the source run's placement.
+    page = client.get(f"/runs/{evaluation.pk}/").content.decode()
+    table = page[page.index('id="run-processes"') :]
+    assert table.count("<tr data-component=") == 1 and 'data-component="actor"' in table
 
 
 def test_libero_runs_choose_a_suite_with_as_many_tasks(api):
