@@ -55,6 +55,15 @@ def _weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (values * weight).sum() / weight.sum().clamp(min=1e-8)
 
 
+@dataclass
+class RolloutState:
+    """A round in progress: its plans, its storage, the decision awaiting its env step."""
+
+    plan_cache: PlanCache | None = None
+    storage: RolloutStorage | None = None
+    pending: tuple[torch.Tensor, ChunkDraw] | None = None
+
+
 class OnPolicyAlgorithm(ABC):
     name = "on_policy"
     normalizes_advantages = True  # when the settings leave it to the algorithm
@@ -84,6 +93,14 @@ class OnPolicyAlgorithm(ABC):
         self._pending: tuple[torch.Tensor, ChunkDraw] | None = None
 
     # ----- rollout -------------------------------------------------------------
+    def swap_rollout(self, state: RolloutState) -> RolloutState:
+        """Make `state` the rollout in progress and return the one it replaces: a
+        pipelined round keeps one per stage of env copies and alternates between them."""
+        previous = RolloutState(self.plan_cache, self.storage, self._pending)
+        self.plan_cache, self.storage = state.plan_cache, state.storage
+        self._pending = state.pending
+        return previous
+
     def start_round(self, horizons: torch.Tensor, num_steps: int) -> None:
         """New episodes begin: fresh plans for every slot, empty storage. Rounds with
         the same horizons (every round of a run) share the plan cache's schedule."""

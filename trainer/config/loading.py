@@ -227,16 +227,34 @@ def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[Co
     """Placed env workers must give every actor rank at least one worker, and every
     worker at least one of its rank's copies."""
     env = plan.components.get("env") if plan is not None else None
+    stages = config.rollout.pipeline_stages
     if not env:
-        return []
+        if stages == 1:
+            return []
+        return [
+            ConfigProblem(
+                "rollout.pipeline_stages",
+                f"{stages} stages need placed env workers (cluster.component_placement.env), "
+                f"at least {stages} per actor rank",
+            )
+        ]
     from trainer.runtime.env_shards import assign_env_shards  # it imports this package
 
     ranks = len(plan.components.get("actor", ())) or 1
     copies = config.env.num_parallel_envs * config.algorithm.group_size
     try:
-        assign_env_shards(env, ranks, copies)
+        shards = assign_env_shards(env, ranks, copies)
     except ConfigError as error:
         return error.problems
+    fewest = min(len(block) for block in shards)
+    if fewest < stages:
+        return [
+            ConfigProblem(
+                "rollout.pipeline_stages",
+                f"{stages} stages need at least {stages} env workers per actor rank; a rank "
+                f"has {fewest}",
+            )
+        ]
     return []
 
 

@@ -125,6 +125,12 @@ class RolloutConfig(Section):
         description="Planning horizon H per sample, assigned cyclically over the batch; "
         "each must be a multiple of actor.model.num_action_chunks.",
     )
+    pipeline_stages: PositiveInt = Field(
+        1,
+        description="Groups of a rank's env workers stepped in turn, so the policy decides "
+        "one group's actions while the others simulate (needs at least that many placed "
+        "env workers per actor rank); 1: every worker steps at once, then the policy runs.",
+    )
 
 
 class RewardFilterConfig(Section):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer.algorithms.group_filter import informative_groups
-from trainer.algorithms.on_policy import OnPolicyAlgorithm
+from trainer.algorithms.on_policy import OnPolicyAlgorithm, RolloutState
 from trainer.data.rollout_storage import Trajectories, concat_trajectories
 from trainer.envs.vector_env import VectorEnv
 
@@ -26,9 +26,16 @@ def run_round(
     num_steps: int,
     first_group_index: int = 0,
     group_size: int = 1,
+    stages: int = 1,
 ) -> Trajectories:
-    """Every env slot runs one episode of ``task_id`` from its init state."""
+    """Every env slot runs one episode of ``task_id`` from its init state. With
+    ``stages`` > 1 the copies are stepped in pipeline stages (`_pipelined_round`)."""
     indices = torch.tensor(init_state_indices, dtype=torch.long)
+    groups = first_group_index + torch.arange(env.num_envs) // group_size
+    if stages > 1:
+        return _pipelined_round(
+            env, algorithm, task_id, indices, groups, horizons, num_steps, stages
+        )
     obs = env.reset(task_id, env.init_states(task_id)[indices])
     algorithm.start_round(horizons, num_steps)
     ended = torch.zeros(env.num_envs, dtype=torch.bool)
@@ -39,6 +46,11 @@ def run_round(
         obs = step.obs
         if bool(ended.all()):
             break
+    _check_all_ended(ended, num_steps)
+    return algorithm.finish_round(task_id, indices, groups)
+
+
+def _check_all_ended(ended: torch.Tensor, num_steps: int) -> None:
     if not bool(ended.all()):
         # Rounds are as long as the env's step limit, so an env that truncates at its
         # limit always ends its episodes here; nothing is left for a critic to bootstrap.
@@ -46,8 +58,61 @@ def run_round(
             f"{int((~ended).sum())} episodes were still running after {num_steps} steps: "
             "the env must end every episode within env.max_episode_steps"
         )
-    groups = first_group_index + torch.arange(env.num_envs) // group_size
-    return algorithm.finish_round(task_id, indices, groups)
+
+
+def _pipelined_round(
+    env: VectorEnv,
+    algorithm: OnPolicyAlgorithm,
+    task_id: int,
+    indices: torch.Tensor,
+    groups: torch.Tensor,
+    horizons: torch.Tensor,
+    num_steps: int,
+    stages: int,
+) -> Trajectories:
+    """The round with the env workers in `stages` groups, each group's copies a rollout
+    of their own (plans, storage): while one stage's workers simulate, the policy
+    decides the next stage's actions, so inference and simulation overlap instead of
+    taking turns. Each stage's episodes are the ones the plain round would run."""
+    if not hasattr(env, "step_async"):
+        raise ValueError("pipeline stages need placed env workers (cluster env processes)")
+    workers = env.stage_workers(stages)
+    sizes = env.stage_sizes(stages)
+    obs = env.reset(task_id, env.init_states(task_id)[indices]).split(sizes)
+    lanes, in_flight = [], []
+    original = algorithm.swap_rollout(RolloutState())
+    for stage, stage_horizons in enumerate(horizons.split(sizes)):
+        algorithm.start_round(stage_horizons, num_steps)
+        actions = algorithm.act(obs[stage])
+        in_flight.append(env.step_async(actions, workers[stage]))
+        lanes.append(algorithm.swap_rollout(RolloutState()))
+    algorithm.swap_rollout(original)
+    ended = [torch.zeros(size, dtype=torch.bool) for size in sizes]
+    for step_index in range(num_steps):
+        for stage, calls in enumerate(in_flight):
+            if calls is None:
+                continue
+            step = env.step_wait(calls)
+            outer = algorithm.swap_rollout(lanes[stage])
+            algorithm.process_env_step(step)
+            ended[stage] |= step.done
+            last = bool(ended[stage].all()) or step_index == num_steps - 1
+            # This stage's next decision, while the other stages' workers step.
+            in_flight[stage] = (
+                None if last else env.step_async(algorithm.act(step.obs), workers[stage])
+            )
+            lanes[stage] = algorithm.swap_rollout(outer)
+        if all(calls is None for calls in in_flight):
+            break
+    _check_all_ended(torch.cat(ended), num_steps)
+    parts = []
+    for lane, stage_indices, stage_groups in zip(
+        lanes, indices.split(sizes), groups.split(sizes), strict=True
+    ):
+        outer = algorithm.swap_rollout(lane)
+        parts.append(algorithm.finish_round(task_id, stage_indices, stage_groups))
+        algorithm.swap_rollout(outer)
+    return concat_trajectories(parts)
 
 
 @dataclass

@@ -122,6 +122,7 @@ class OnPolicyRunner:
             self.steps_per_episode,
             self.next_group_index,
             algorithm_config.group_size,
+            self.config.rollout.pipeline_stages,
         )
         self.next_group_index += self.config.env.num_parallel_envs
         return trajectories

@@ -24,7 +24,7 @@ from trainer.cluster.discovery import ranked_ray_nodes
 from trainer.envs.registry import make_vector_env
 from trainer.envs.subproc_vector_env import EnvWorkerError
 from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
-from trainer.runtime.env_shards import ENV, EnvShard
+from trainer.runtime.env_shards import ENV, EnvShard, shard_sizes
 from trainer.runtime.ray_placement import actor_options
 from trainer.runtime.whereabouts import ProcessReport
 
@@ -157,6 +157,32 @@ class PlacedVectorEnv(VectorEnv):
             raise ValueError(f"actions must have {self.num_envs} rows")
         parts = torch.split(actions, self.shard_sizes)
         return concat_steps(self._call("step", [(part,) for part in parts], "stepping"))
+
+    # ----- pipeline stages: the workers in `stages` contiguous groups, stepped apart ----
+    def stage_workers(self, stages: int) -> list[range]:
+        """The workers of each stage (contiguous, as even as possible)."""
+        if not 1 <= stages <= len(self._handles):
+            raise ValueError(
+                f"{stages} pipeline stages need at least as many env workers; this rank "
+                f"has {len(self._handles)}"
+            )
+        sizes = shard_sizes(len(self._handles), stages)
+        starts = [sum(sizes[:stage]) for stage in range(stages)]
+        return [range(start, start + size) for start, size in zip(starts, sizes, strict=True)]
+
+    def stage_sizes(self, stages: int) -> list[int]:
+        """Env copies per stage."""
+        return [sum(self.shard_sizes[w] for w in workers) for workers in self.stage_workers(stages)]
+
+    def step_async(self, actions: torch.Tensor, workers: range) -> dict[int, Any]:
+        """Send one stage's actions (its copies' rows, in order) and return at once."""
+        parts = torch.split(actions, [self.shard_sizes[w] for w in workers])
+        sent = zip(workers, parts, strict=True)
+        return {worker: self._handles[worker].step.remote(part) for worker, part in sent}
+
+    def step_wait(self, calls: dict[int, Any]) -> EnvStep:
+        """The stage's step, once every worker of it has answered (within the deadline)."""
+        return concat_steps(self._gather(calls, "stepping"))
 
     def restart_workers(self) -> list[str]:
         """Replace every worker that is dead or stopped answering by a fresh one on the

@@ -114,3 +114,52 @@ def test_two_ranks_with_their_own_env_workers_learn(two_nodes, tmp_path):
     assert result.per_rank[0]["parameters"] == result.per_rank[1]["parameters"]
     last = history[-3:]
     assert sum(m["rollout/success_rate"] for m in last) / 3 >= 0.8
+
+
+def test_pipeline_stages_need_enough_placed_env_workers():
+    with pytest.raises(ConfigError, match="rollout.pipeline_stages: 2 stages need placed env"):
+        load_config(EXAMPLE, [*SMALL, "rollout.pipeline_stages=2"])
+    one_each = "cluster={num_nodes: 2, component_placement: {actor: '0-1', env: '0-1'}}"
+    with pytest.raises(ConfigError, match="at least 2 env workers per actor rank; a rank has 1"):
+        load_config(EXAMPLE, [*SMALL, "rollout.pipeline_stages=2", one_each])
+
+
+@pytest.mark.timeout(600)
+def test_a_pipelined_round_runs_the_episodes_the_plain_round_runs(two_nodes):
+    """Two stages of one worker each against the same workers stepped at once, with a
+    policy whose noise is negligible (std e^-20): the same episodes, step for step."""
+    import ray
+    import torch
+
+    from trainer.models.plan_cache import assign_horizons
+    from trainer.runner.build import build_components, env_options
+    from trainer.runner.collection import run_round
+    from trainer.runtime.env_shards import EnvShard
+    from trainer.runtime.env_workers import EnvWorker, PlacedVectorEnv, env_worker_args
+
+    config = load_config(
+        EXAMPLE, [*SMALL, "env.num_parallel_envs=6", "actor.model.init_log_std=-20"]
+    )
+    shards = [EnvShard(process, 3) for process in env_processes("0-1")]
+    make_args = env_worker_args(config.env.name, env_options(config))
+    workers = [(shard, ray.remote(EnvWorker).remote(*make_args(shard))) for shard in shards]
+    env = PlacedVectorEnv(workers, config.env.name, env_options(config))
+    try:
+        algorithm = build_components(config, torch.Generator().manual_seed(0), env=env).algorithm
+        horizons = assign_horizons(config.rollout.action_horizons_pattern, env.num_envs)
+        steps = env.max_episode_steps
+        indices = [0, 1, 2, 3, 4, 5]
+        rounds = {
+            stages: run_round(env, algorithm, 1, indices, horizons, steps, 12, 2, stages)
+            for stages in (1, 2)
+        }
+    finally:
+        env.close()
+    plain, pipelined = rounds[1], rounds[2]
+    assert torch.equal(plain.valid, pipelined.valid)
+    assert torch.equal(plain.episode_success, pipelined.episode_success)
+    for field in ("horizon", "group_index", "init_state_index", "task_id"):
+        assert torch.equal(getattr(plain, field), getattr(pipelined, field)), field
+    torch.testing.assert_close(pipelined.obs, plain.obs, atol=1e-4, rtol=0)
+    torch.testing.assert_close(pipelined.value, plain.value, atol=1e-4, rtol=0)
+    assert plain.group_index.tolist() == [12, 12, 13, 13, 14, 14]
