@@ -22,7 +22,8 @@ pinning, runtime env, start deadline) against starting 16 bare Ray actors of the
 class on the same cluster (baseline); median of the repeats. Target ratio <= 1.2.
 
     python bench/scaling.py [--substeps 400] [--repeats 3] [--iterations 5]
-                            [--policy-width 2048] [--pipelined-copies 64] [--only scaling|pipelined|start]
+                            [--policy-width 2048] [--pipelined-copies 64]
+                            [--only scaling|pipelined|start]
 """
 
 from __future__ import annotations
