@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -64,6 +64,31 @@ class RolloutState:
     pending: tuple[torch.Tensor, ChunkDraw] | None = None
 
 
+class Decider(Protocol):
+    """Where a rank's decisions are made when not in its own process."""
+
+    def start_round(
+        self, horizons: torch.Tensor, policy: nn.Module, version: int, seed: int
+    ) -> None: ...
+
+    def act(self, obs: torch.Tensor) -> ChunkDraw: ...
+
+
+def decide(
+    policy: GaussianChunkPolicy, cache: PlanCache, obs: torch.Tensor, chunk: int
+) -> ChunkDraw:
+    """One decision: new plans for the slots whose plan is used up, then every slot's
+    next chunk of its plan."""
+    replan, horizons, plan_steps = cache.replan_slots()
+    if replan.numel():
+        plan_obs = obs if replan.numel() == obs.shape[0] else obs.index_select(0, replan)
+        plan, chunk_log_probs = policy.sample_plan(
+            plan_obs, horizons, steps=plan_steps, chunk=chunk
+        )
+        cache.store(replan, plan, chunk_log_probs)
+    return cache.next_chunk()
+
+
 class OnPolicyAlgorithm(ABC):
     name = "on_policy"
     normalizes_advantages = True  # when the settings leave it to the algorithm
@@ -91,6 +116,10 @@ class OnPolicyAlgorithm(ABC):
         self.plan_cache: PlanCache | None = None
         self.storage: RolloutStorage | None = None
         self._pending: tuple[torch.Tensor, ChunkDraw] | None = None
+        # The rank's rollout worker, when its placement gives it one (the runner sets
+        # it): decisions are made there with the weights of `policy_version`.
+        self.decider: Decider | None = None
+        self.policy_version = 0  # counts the policy's changes (updates, loads)
 
     # ----- rollout -------------------------------------------------------------
     def swap_rollout(self, state: RolloutState) -> RolloutState:
@@ -110,25 +139,24 @@ class OnPolicyAlgorithm(ABC):
         else:
             self.plan_cache = PlanCache(horizons, self.chunk, max_horizon)
         self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk)
+        if self.decider is not None:
+            seed = int(torch.randint(2**62, (1,), generator=self.generator))
+            self.decider.start_round(horizons, self.policy, self.policy_version, seed)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Replan the slots whose plan is used up, return the env's part of each chunk.
+        """Replan the slots whose plan is used up, return the env's part of each chunk;
+        in the rank's rollout worker when it has one (`decider`).
 
         Only the policy runs here: the critic does not choose actions, so the round's
         values come from one batched call in ``finish_round`` (same parameters, same
         values) instead of one call per decision.
         """
-        cache = self.plan_cache
-        assert cache is not None, "start_round() first"
-        replan, horizons, plan_steps = cache.replan_slots()
-        if replan.numel():
-            plan_obs = obs if replan.numel() == obs.shape[0] else obs.index_select(0, replan)
-            plan, chunk_log_probs = self.policy.sample_plan(
-                plan_obs, horizons, steps=plan_steps, chunk=self.chunk
-            )
-            cache.store(replan, plan, chunk_log_probs)
-        draw = cache.next_chunk()
+        if self.decider is not None:
+            draw = self.decider.act(obs)
+        else:
+            assert self.plan_cache is not None, "start_round() first"
+            draw = decide(self.policy, self.plan_cache, obs, self.chunk)
         self._pending = (obs, draw)
         dims = self.policy.env_action_dim
         return draw.actions if draw.actions.shape[2] == dims else draw.actions[..., :dims]
@@ -213,6 +241,7 @@ class OnPolicyAlgorithm(ABC):
         that minibatch's gradient step.
         """
         s = self.settings
+        self.policy_version += 1
         weight = samples["weight"]
         normalize = s.normalize_advantages
         if normalize is None:
@@ -335,6 +364,7 @@ class OnPolicyAlgorithm(ABC):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy_version += 1
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.critic is not None:

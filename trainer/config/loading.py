@@ -202,7 +202,10 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
             ]
             + cluster_problems
         ) from None
-    problems = _consistency_problems(config) + cluster_problems + _env_worker_problems(config, plan)
+    problems = (
+        _consistency_problems(config) + cluster_problems + _env_worker_problems(config, plan)
+        + _rollout_worker_problems(config, plan)
+    )  # fmt: skip
     if problems:
         raise ConfigError(problems)
     return config
@@ -253,6 +256,33 @@ def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[Co
                 "rollout.pipeline_stages",
                 f"{stages} stages need at least {stages} env workers per actor rank; a rank "
                 f"has {fewest}",
+            )
+        ]
+    return []
+
+
+def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
+    """Rollout workers make one actor rank's decisions each: as many as there are ranks
+    (on-policy runs; RLPD acts in its env workers), and not with pipeline stages."""
+    rollouts = plan.components.get("rollout") if plan is not None else None
+    if not rollouts or config.algorithm.name == "rlpd":
+        return []
+    where = "cluster.component_placement.rollout"
+    ranks = len(plan.components.get("actor", ())) or 1
+    if len(rollouts) != ranks:
+        return [
+            ConfigProblem(
+                where,
+                f"{len(rollouts)} rollout process(es) for {ranks} actor rank(s): each rank "
+                "has one rollout worker or none",
+            )
+        ]
+    if config.rollout.pipeline_stages > 1:
+        return [
+            ConfigProblem(
+                "rollout.pipeline_stages",
+                "pipeline stages decide in the rank's own process; remove the rollout "
+                "processes or set 1",
             )
         ]
     return []

@@ -92,6 +92,25 @@ def copies_per_rank(config: ExperimentConfig) -> int:
     return config.env.num_parallel_envs * config.algorithm.group_size
 
 
+def build_policy(
+    config: ExperimentConfig, obs_shape: tuple[int, ...], env_action_dim: int
+) -> GaussianChunkPolicy:
+    """The config's policy for an env's observations and actions (the rank's, or its
+    rollout worker's copy)."""
+    model = config.actor.model
+    try:
+        encoder = build_encoder(model.kind, obs_shape, tuple(model.hidden_sizes), model.activation)
+    except ValueError as error:
+        raise ConfigError.single("actor.model.kind", str(error)) from None
+    return GaussianChunkPolicy(
+        encoder,
+        action_dim=model.action_dim,
+        env_action_dim=env_action_dim,
+        max_horizon=max(config.rollout.action_horizons_pattern),
+        init_log_std=model.init_log_std,
+    )
+
+
 def build_components(
     config: ExperimentConfig, generator: torch.Generator, env: VectorEnv | None = None
 ) -> Components:
@@ -114,18 +133,7 @@ def build_components(
     problems = _env_problems(config, env)
     if problems:
         raise ConfigError(problems)
-    hidden = tuple(model.hidden_sizes)
-    try:
-        encoder = build_encoder(model.kind, env.obs_shape, hidden, model.activation)
-    except ValueError as error:
-        raise ConfigError.single("actor.model.kind", str(error)) from None
-    policy = GaussianChunkPolicy(
-        encoder,
-        action_dim=model.action_dim,
-        env_action_dim=env.action_dim,
-        max_horizon=max(config.rollout.action_horizons_pattern),
-        init_log_std=model.init_log_std,
-    )
+    policy = build_policy(config, env.obs_shape, env.action_dim)
     critic = None
     if algorithm_config.name == "ppo":
         critic_hidden = tuple(config.critic.hidden_sizes)

@@ -17,8 +17,10 @@ The driver (the Ray job's entrypoint, or `python -m trainer run` on a laptop wit
   stop request on to every rank, and fails the run with the rank's own error when one
   fails; ranks left waiting on a dead peer are stopped, never left running.
 
-Policy inference runs in the actor rank (its `rollout` placement is not used yet), and
-env stepping and inference take turns rather than overlapping.
+A plan with `rollout` processes (one per actor rank) makes each rank's decisions in its
+rollout worker (trainer.runtime.rollout_workers); without them the rank runs its policy
+itself. With `rollout.pipeline_stages` the env workers step in groups while the policy
+decides the next group's actions (trainer.runner.collection).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from trainer.cluster import Plan, cluster_from_dict, resolve_placement
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.build import copies_per_rank, env_options
-from trainer.runtime.env_shards import ENV, EnvShard, assign_env_shards
+from trainer.runtime.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.runtime.whereabouts import ProcessReport
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,12 @@ def distributed_plan(config: ExperimentConfig) -> Plan | None:
         return None
     data = section.get("cluster", section)
     plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))
-    if len(plan.components.get(ACTOR, ())) < 2 and not plan.components.get(ENV):
+    components = plan.components
+    if (
+        len(components.get(ACTOR, ())) < 2
+        and not components.get(ENV)
+        and not components.get(ROLLOUT)
+    ):
         return None
     if not plan.components.get(ACTOR):
         raise ConfigError.single("cluster.component_placement", "places no actor process")
@@ -103,9 +110,10 @@ class ActorRank:
         backend: str,
         timeout_s: float,
         env_workers: list[tuple[EnvShard, Any]],
+        rollout_worker: Any = None,
     ) -> list[ProcessReport]:
-        """Join the process group and build the loop; this rank's process and its env
-        workers' (when it has some), for the run page."""
+        """Join the process group and build the loop; this rank's process, its env
+        workers' and its rollout worker's (when it has them), for the run page."""
         from trainer.runner.on_policy_runner import OnPolicyRunner
         from trainer.runtime.collective import TorchCollective
         from trainer.runtime.env_workers import PlacedVectorEnv
@@ -131,7 +139,16 @@ class ActorRank:
 
         node_ip = ray.util.get_node_ip_address()
         here = ProcessReport.here(ACTOR, self.rank, self.node_rank, node_ip)
-        return [here, *(env.reports if env is not None else [])]
+        reports = [here, *(env.reports if env is not None else [])]
+        if rollout_worker is not None:
+            from trainer.runtime.rollout_workers import RemoteDecider
+
+            runner_env = self.runner.env
+            prepared = rollout_worker.prepare.remote(runner_env.obs_shape, runner_env.action_dim)
+            report = ProcessReport(**ray.get(prepared, timeout=JOIN_TIMEOUT_S))
+            self.runner.algorithm.decider = RemoteDecider(rollout_worker, report)
+            reports.append(report)
+        return reports
 
     def learn(self, resume: bool) -> dict[str, Any]:
         assert self.runner is not None, "join() first"
@@ -183,6 +200,7 @@ def train_distributed(
 
     from trainer.runtime.env_workers import EnvWorker, env_worker_args
     from trainer.runtime.ray_placement import create_placed_actors
+    from trainer.runtime.rollout_workers import RolloutWorker
 
     if not ray.is_initialized():
         ray.init(log_to_driver=True)  # RAY_ADDRESS (set for a Ray job) says which cluster
@@ -197,24 +215,41 @@ def train_distributed(
         settings, str(output_dir), process.process_rank, world_size, process.node_rank, reports,
     )  # fmt: skip
     env_args = env_worker_args(config.env.name, env_options(config))
+    rollouts = plan.components.get(ROLLOUT, [])
+
+    def constructor_args(process: Any) -> tuple:
+        if process.component == ACTOR:
+            return rank_args(process)
+        if process.component == ROLLOUT:
+            return (settings, process.process_rank, process.node_rank)
+        return env_args(shard_of[process.process_rank])
+
     placed = create_placed_actors(
-        {ACTOR: ray.remote(max_concurrency=2)(ActorRank), ENV: ray.remote(EnvWorker)},
+        {
+            ACTOR: ray.remote(max_concurrency=2)(ActorRank),
+            ENV: ray.remote(EnvWorker),
+            ROLLOUT: ray.remote(RolloutWorker),
+        },
         plan,
-        components=[ACTOR, *([ENV] if shard_of else [])],
-        constructor_args=lambda p: (
-            rank_args(p) if p.component == ACTOR else env_args(shard_of[p.process_rank])
-        ),
+        components=[ACTOR, *([ENV] if shard_of else []), *([ROLLOUT] if rollouts else [])],
+        constructor_args=constructor_args,
         timeout_s=start_timeout_s,
     )
     by_rank = sorted((a for a in placed if a.process.component == ACTOR), key=_rank)
     handles = [actor.handle for actor in by_rank]
     env_handles = {a.process.process_rank: a.handle for a in placed if a.process.component == ENV}
+    # Rollout worker r makes actor rank r's decisions (the config's validation checked
+    # there is one per rank).
+    rollout_handles = {
+        a.process.process_rank: a.handle for a in placed if a.process.component == ROLLOUT
+    }
     try:
         address, port = ray.get(handles[0].rendezvous.remote(), timeout=JOIN_TIMEOUT_S)
         joined = [
             handle.join.remote(
                 address, port, backend, JOIN_TIMEOUT_S,
                 [(s, env_handles[s.process.process_rank]) for s in shards[rank]],
+                rollout_handles.get(rank),
             )
             for rank, handle in enumerate(handles)
         ]  # fmt: skip
@@ -255,7 +290,7 @@ def train_distributed(
             except Exception:  # noqa: BLE001 - a dead or stuck rank is killed below
                 pass
             ray.kill(handle)
-        for handle in env_handles.values():
+        for handle in [*env_handles.values(), *rollout_handles.values()]:
             ray.kill(handle)  # the ranks closed them; any left (a rank that failed) go here
         reports.shutdown()
 

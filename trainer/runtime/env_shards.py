@@ -11,6 +11,7 @@ from trainer.cluster import ProcessPlacement
 from trainer.config.errors import ConfigError
 
 ENV = "env"
+ROLLOUT = "rollout"  # trainer.runtime.rollout_workers: one per actor rank
 
 
 def shard_sizes(num_envs: int, num_shards: int) -> list[int]:

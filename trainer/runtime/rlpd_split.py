@@ -43,7 +43,7 @@ from trainer.runtime.distributed_run import (
     DistributedRunError,
     _relay,
 )
-from trainer.runtime.env_shards import ENV, shard_sizes
+from trainer.runtime.env_shards import ENV, ROLLOUT, shard_sizes
 from trainer.runtime.whereabouts import ProcessReport
 
 if TYPE_CHECKING:
@@ -67,6 +67,12 @@ def check_rlpd_plan(plan: Plan) -> None:
         raise ConfigError.single(
             "cluster.component_placement.actor",
             f"rlpd has one learner: place exactly one actor process, not {len(learners)}",
+        )
+    if plan.components.get(ROLLOUT) or not plan.components.get(ENV):
+        raise ConfigError.single(
+            "cluster.component_placement",
+            "rlpd acts in its env workers (each with a copy of the policy): place env "
+            "processes and no rollout processes",
         )
 
 

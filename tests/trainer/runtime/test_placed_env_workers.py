@@ -163,3 +163,69 @@ def test_a_pipelined_round_runs_the_episodes_the_plain_round_runs(two_nodes):
     torch.testing.assert_close(pipelined.obs, plain.obs, atol=1e-4, rtol=0)
     torch.testing.assert_close(pipelined.value, plain.value, atol=1e-4, rtol=0)
     assert plain.group_index.tolist() == [12, 12, 13, 13, 14, 14]
+
+
+def test_rollout_workers_come_one_per_actor_rank():
+    two_for_one = "cluster={num_nodes: 2, component_placement: {actor: '0', rollout: '0-1'}}"
+    with pytest.raises(ConfigError, match="2 rollout process\\(es\\) for 1 actor rank"):
+        load_config(EXAMPLE, [*SMALL, two_for_one])
+    staged = "cluster={num_nodes: 2, component_placement: {actor: '0', env: '0-1', rollout: '1'}}"
+    with pytest.raises(ConfigError, match="rollout.pipeline_stages: pipeline stages decide"):
+        load_config(EXAMPLE, [*SMALL, "rollout.pipeline_stages=2", staged])
+    one = "cluster={num_nodes: 2, component_placement: {actor: '0', rollout: '1'}}"
+    assert distributed_plan(load_config(EXAMPLE, [*SMALL, one])) is not None
+
+
+@pytest.mark.timeout(600)
+def test_a_rollout_worker_decides_what_the_rank_would(two_nodes):
+    """The same round with the rank's own decisions and with its rollout worker's on
+    node 1, with a policy whose noise is negligible (std e^-20): the same episodes."""
+    import ray
+    import torch
+
+    from trainer.models.plan_cache import assign_horizons
+    from trainer.runner.build import build_components
+    from trainer.runner.collection import run_round
+    from trainer.runtime.ray_placement import create_placed_actors
+    from trainer.runtime.rollout_workers import RemoteDecider, RolloutWorker
+    from trainer.runtime.whereabouts import ProcessReport
+
+    placed = "cluster={num_nodes: 2, component_placement: {actor: '0', rollout: '1'}}"
+    config = load_config(EXAMPLE, [*SMALL, "actor.model.init_log_std=-20", placed])
+    components = build_components(config, torch.Generator().manual_seed(0))
+    env, algorithm = components.env, components.algorithm
+    (worker,) = create_placed_actors(
+        ray.remote(RolloutWorker), distributed_plan(config), components=["rollout"],
+        constructor_args=lambda p: (config.model_dump(mode="json"), p.process_rank, p.node_rank),
+    )  # fmt: skip
+    try:
+        report = ProcessReport(**ray.get(worker.handle.prepare.remote(env.obs_shape, 7)))
+        horizons = assign_horizons(config.rollout.action_horizons_pattern, env.num_envs)
+        steps, indices = env.max_episode_steps, list(range(env.num_envs))
+        own = run_round(env, algorithm, 0, indices, horizons, steps)
+        algorithm.decider = RemoteDecider(worker.handle, report)
+        remote = run_round(env, algorithm, 0, indices, horizons, steps)
+    finally:
+        env.close()
+        ray.kill(worker.handle)
+    assert report.component == "rollout" and report.node_rank == 1
+    assert report.pid != os.getpid()
+    assert torch.equal(own.valid, remote.valid)
+    assert torch.equal(own.episode_success, remote.episode_success)
+    torch.testing.assert_close(remote.obs, own.obs, atol=1e-4, rtol=0)
+    # The log-probabilities come from each side's own noise draws: only their shapes and
+    # the rows they are stored for can agree.
+    assert remote.log_prob.shape == own.log_prob.shape
+    assert bool(remote.log_prob[remote.valid].isfinite().all())
+
+
+@pytest.mark.timeout(600)
+def test_a_run_with_a_rollout_worker_trains_and_reports_it(two_nodes, tmp_path):
+    placed = "cluster={num_nodes: 2, component_placement: {actor: '0', rollout: '1'}}"
+    config = load_config(EXAMPLE, [*SMALL, "runner.iterations=2", placed])
+    where = []
+    result = train_distributed(config, distributed_plan(config), tmp_path, on_placed=where.extend)
+    assert result.iteration == 2 and result.last_metrics["rollout/episodes"] >= 8
+    assert sorted((p.component, p.rank, p.node_rank) for p in where) == [
+        ("actor", 0, 0), ("rollout", 0, 1),
+    ]  # fmt: skip

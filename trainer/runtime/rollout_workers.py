@@ -1,0 +1,110 @@
+"""Rollout workers: the `rollout` processes of a run's placement, one per actor rank,
+each making that rank's decisions (policy inference with the plan cache) in its own
+placed process, e.g. a policy on a GPU node while the rank trains elsewhere.
+
+Each round the rank sends its worker the round's horizons, a seed drawn from its own
+generator (so a resumed run draws the same actions) and, when the policy changed since
+the last round, its weights; then every decision's observations go out and the chunk
+comes back (actions, their log-probabilities, offsets). The rank stores and trains on
+them exactly as on its own decisions (trainer.algorithms.on_policy.decide runs on
+both sides). A worker that dies or does not answer within `reply_timeout_s` fails the
+round naming it (rank, node, pid).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+import torch
+from torch import nn
+
+from trainer.algorithms.on_policy import decide
+from trainer.config.schema import ExperimentConfig
+from trainer.models.plan_cache import ChunkDraw, PlanCache
+from trainer.runtime.env_shards import ROLLOUT
+from trainer.runtime.whereabouts import ProcessReport
+
+REPLY_TIMEOUT_S = 600.0
+
+
+class RolloutWorkerError(RuntimeError):
+    """The rank's rollout worker died or did not answer in time."""
+
+
+class RolloutWorker:
+    """A rank's decisions in their own placed process."""
+
+    def __init__(self, config: dict[str, Any], rank: int, node_rank: int) -> None:
+        self.config = ExperimentConfig.model_validate(config)
+        self.rank, self.node_rank = rank, node_rank
+        if self.config.runner.torch_threads:
+            torch.set_num_threads(self.config.runner.torch_threads)
+        self.policy: nn.Module | None = None
+        self.cache: PlanCache | None = None
+
+    def prepare(self, obs_shape: tuple[int, ...], env_action_dim: int) -> dict[str, Any]:
+        """Build the policy for the rank's env; where this process is, for the run page."""
+        from trainer.runner.build import build_policy
+
+        self.policy = build_policy(self.config, tuple(obs_shape), env_action_dim)
+        self.policy.eval()
+        node_ip = ray.util.get_node_ip_address()
+        return ProcessReport.here(ROLLOUT, self.rank, self.node_rank, node_ip).to_json()
+
+    def start_round(
+        self, horizons: torch.Tensor, weights: dict[str, torch.Tensor] | None, seed: int
+    ) -> None:
+        assert self.policy is not None, "prepare() first"
+        if weights is not None:
+            self.policy.load_state_dict(weights)
+        chunk = self.config.actor.model.num_action_chunks
+        max_horizon = self.policy.max_horizon
+        if self.cache is not None and self.cache.same_schedule(horizons, chunk, max_horizon):
+            self.cache.restart()
+        else:
+            self.cache = PlanCache(horizons, chunk, max_horizon)
+        torch.manual_seed(seed)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> ChunkDraw:
+        assert self.policy is not None and self.cache is not None, "start_round() first"
+        return decide(self.policy, self.cache, obs, self.config.actor.model.num_action_chunks)
+
+
+class RemoteDecider:
+    """The rank's side: its decisions made by its placed rollout worker."""
+
+    def __init__(
+        self, handle: Any, report: ProcessReport, reply_timeout_s: float = REPLY_TIMEOUT_S
+    ) -> None:
+        self.handle, self.report, self.reply_timeout_s = handle, report, reply_timeout_s
+        self.sent_version: int | None = None
+
+    def start_round(
+        self, horizons: torch.Tensor, policy: nn.Module, version: int, seed: int
+    ) -> None:
+        weights = None
+        if version != self.sent_version:
+            weights = {name: t.detach() for name, t in policy.state_dict().items()}
+            self.sent_version = version
+        self._answer(self.handle.start_round.remote(horizons, weights, seed), "starting a round")
+
+    def act(self, obs: torch.Tensor) -> ChunkDraw:
+        return self._answer(self.handle.act.remote(obs), "deciding")
+
+    def _answer(self, ref: Any, doing: str) -> Any:
+        where = (
+            f"rollout worker {self.report.rank} (node {self.report.node_rank}, "
+            f"pid {self.report.pid})"
+        )
+        try:
+            return ray.get(ref, timeout=self.reply_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RolloutWorkerError(
+                f"{where} did not answer within {self.reply_timeout_s:g} s while {doing}"
+            ) from None
+        except ray.exceptions.RayActorError as error:
+            raise RolloutWorkerError(f"{where} died while {doing}: {error}") from error
+        except ray.exceptions.RayTaskError as error:
+            raise RolloutWorkerError(f"{where} failed while {doing}:\n{error}") from error
