@@ -33,6 +33,7 @@ import torch
 from trainer.envs.vector_env import EnvStep, VectorEnv
 
 MARKER_COLOURS = ("red", "green", "blue")
+MARKER_RGB = ((220, 50, 50), (50, 190, 70), (60, 90, 230))  # how render() draws them
 TASK_NAMES = tuple(f"reach_{c}" for c in MARKER_COLOURS) + tuple(
     f"grasp_{c}" for c in MARKER_COLOURS
 )
@@ -142,6 +143,39 @@ class BuiltinReachEnv(VectorEnv):
             final_observation=final_observation,
             executed_actions=executed,
         )
+
+    def render(self, copy: int, size: int = 96) -> torch.Tensor:
+        """A top-down picture of one copy, `[size, size, 3]` uint8 (what the operator
+        console shows of a state-only env): x to the right, y up, the scene's [-1, 1]
+        square filling the frame; the three markers as discs in their colours (the
+        goal ringed in white), the effector as a white disc (filled while the gripper
+        is closed, a ring while open); a disc's size grows with its height."""
+        if not 0 <= copy < self.num_envs:
+            raise ValueError(f"copy {copy} is not in 0..{self.num_envs - 1}")
+        frame = torch.full((size, size, 3), 40, dtype=torch.uint8)
+        rows = torch.arange(size).view(-1, 1).float()
+        cols = torch.arange(size).view(1, -1).float()
+
+        def disc(position: torch.Tensor, colour: tuple[int, int, int], ring: bool = False):
+            x, y, z = position.tolist()
+            centre_col = (x + 1) / 2 * (size - 1)
+            centre_row = (1 - y) / 2 * (size - 1)  # y up
+            radius = size * (0.05 + 0.02 * z)
+            distance = ((rows - centre_row) ** 2 + (cols - centre_col) ** 2).sqrt()
+            inside = distance <= radius
+            if ring:
+                inside &= distance >= radius * 0.6
+            frame[inside] = torch.tensor(colour, dtype=torch.uint8)
+            return distance, radius
+
+        goal = self._task_id % NUM_MARKERS
+        for marker, colour in enumerate(MARKER_RGB):
+            distance, radius = disc(self._markers[copy, marker], colour)
+            if marker == goal:
+                outline = (distance > radius) & (distance <= radius * 1.3)
+                frame[outline] = torch.tensor((255, 255, 255), dtype=torch.uint8)
+        disc(self._effector[copy], (240, 240, 240), ring=not bool(self._gripper_closed[copy]))
+        return frame
 
     def _move(
         self, running: torch.Tensor, direction: torch.Tensor, target: torch.Tensor, closed: bool

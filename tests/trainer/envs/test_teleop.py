@@ -1,0 +1,176 @@
+"""The operator's control of env copies: one holder, the deadman, the command window,
+e-stop, and the audit of every takeover; driven through the intervention wrapper on the
+built-in env, so the safety rules are checked on the actions the env executed."""
+
+import threading
+
+import pytest
+import torch
+
+from trainer.envs.builtin_reach import BuiltinReachEnv
+from trainer.envs.intervention import InterventionEnv
+from trainer.envs.teleop import TeleopRefused, TeleopSettings, TeleopSource
+
+
+class Clock:
+    """Time the test moves by hand: the rules are about elapsed time, not speed."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scene(on_link_loss: str = "release"):
+    clock = Clock()
+    settings = TeleopSettings(deadman_s=0.2, command_window_s=0.1, on_link_loss=on_link_loss)
+    source = TeleopSource(2, 7, settings, clock)
+    env = InterventionEnv(BuiltinReachEnv(2, seed=0), source)
+    env.reset(0, env.init_states(0)[:2])
+    return env, source, clock
+
+
+def step(env):
+    return env.step(torch.full((2, 7), 0.5))  # what the policy would do
+
+
+def test_the_operators_command_replaces_the_policys_while_held():
+    env, source, clock = scene()
+    source.take_over(1, "olga")
+    source.command(1, "olga", [1, 0, 0, 0, 0, 0, -1], sent_at=clock.now)
+    result = step(env)
+    assert result.intervened.tolist() == [False, True]
+    assert result.applied_actions[0].tolist() == [0.5] * 7
+    assert result.applied_actions[1].tolist() == [1, 0, 0, 0, 0, 0, -1]
+    assert source.mode(1) == ("human", "olga")
+
+
+def test_one_operator_holds_a_copy_others_are_told_who():
+    _, source, _ = scene()
+    source.take_over(0, "olga")
+    with pytest.raises(TeleopRefused, match="copy 0 is held by olga"):
+        source.take_over(0, "ivan")
+    with pytest.raises(TeleopRefused, match="ivan does not hold copy 0"):
+        source.command(0, "ivan", [0] * 7, sent_at=0)
+    source.release(0, "olga")
+    source.take_over(0, "ivan")
+    assert source.mode(0) == ("human", "ivan")
+
+
+def test_lost_heartbeats_release_the_copy_with_a_zero_action_first():
+    env, source, clock = scene()
+    source.take_over(0, "olga")
+    source.command(0, "olga", [1] * 7, sent_at=clock.now)
+    clock.now += 0.05
+    assert step(env).applied_actions[0].tolist() == [1] * 7
+    clock.now += 0.25  # no heartbeat for 0.3 s
+    lost = step(env)
+    assert lost.intervened[0] and lost.applied_actions[0].tolist() == [0] * 7
+    assert source.mode(0) == ("policy", None)
+    after = step(env)
+    assert not after.intervened[0] and after.applied_actions[0].tolist() == [0.5] * 7
+    (takeover,) = source.takeovers
+    assert (takeover.operator, takeover.copy, takeover.reason) == ("olga", 0, "heartbeat lost")
+    assert takeover.steps == 1 and takeover.ended == clock.now
+
+
+def test_with_stop_on_link_loss_the_copy_is_held_still_until_cleared():
+    env, source, clock = scene("stop")
+    source.take_over(0, "olga")
+    clock.now += 1.0
+    for _ in range(3):
+        held = step(env)
+        assert held.intervened[0] and held.applied_actions[0].tolist() == [0] * 7
+    assert source.mode(0) == ("stopped", None)
+    source.clear_stop(0, "olga")
+    assert not step(env).intervened[0]
+
+
+def test_a_command_older_than_its_window_is_never_applied():
+    env, source, clock = scene()
+    source.take_over(0, "olga")
+    source.command(0, "olga", [1] * 7, sent_at=clock.now - 0.5)  # arrived late
+    assert step(env).applied_actions[0].tolist() == [0] * 7
+    source.command(0, "olga", [0.3] * 7, sent_at=clock.now)
+    source.command(0, "olga", [0.9] * 7, sent_at=clock.now - 0.05)  # older than the last
+    applied = step(env).applied_actions[0]
+    torch.testing.assert_close(applied, torch.full((7,), 0.3))
+    clock.now += 0.15  # heartbeats go on, but the command has aged out of its window
+    source.heartbeat(0, "olga")
+    assert step(env).applied_actions[0].tolist() == [0] * 7
+
+
+def test_e_stop_holds_until_cleared_whoever_held_the_copy():
+    env, source, clock = scene()
+    source.take_over(1, "olga")
+    source.estop(1, "ivan")
+    with pytest.raises(TeleopRefused, match="copy 1 is e-stopped by ivan; clear it first"):
+        source.take_over(1, "olga")
+    for _ in range(3):
+        clock.now += 1.0
+        held = step(env)
+        assert held.intervened[1] and held.applied_actions[1].tolist() == [0] * 7
+    assert source.takeovers[-1].reason == "e-stop by ivan"
+    source.clear_stop(1, "olga")
+    assert not step(env).intervened[1]
+    with pytest.raises(TeleopRefused, match="copy 1 is not stopped"):
+        source.clear_stop(1, "olga")
+
+
+def test_bad_requests_are_named():
+    _, source, clock = scene()
+    with pytest.raises(TeleopRefused, match="there is no copy 5: copies are 0..1"):
+        source.take_over(5, "olga")
+    source.take_over(0, "olga")
+    with pytest.raises(TeleopRefused, match="an action is 7 finite numbers, not \\[3\\]"):
+        source.command(0, "olga", [1, 2, 3], sent_at=clock.now)
+    with pytest.raises(TeleopRefused, match="7 finite numbers"):
+        source.command(0, "olga", [float("nan")] * 7, sent_at=clock.now)
+
+
+def test_operator_messages_from_another_thread_while_the_env_steps():
+    env, source, clock = scene()
+    source.take_over(0, "olga")
+    stop = threading.Event()
+
+    def operator():
+        while not stop.is_set():
+            source.command(0, "olga", [0.2] * 7, sent_at=clock.now)
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    try:
+        for _ in range(200):
+            result = step(env)
+            assert result.intervened[0]
+            applied = result.applied_actions[0]
+            assert torch.equal(applied, torch.zeros(7)) or torch.equal(
+                applied, torch.full((7,), 0.2)
+            )
+    finally:
+        stop.set()
+        thread.join()
+    source.release(0, "olga")
+    assert source.takeovers[-1].steps == 200 and source.takeovers[-1].reason == "released"
+
+
+def test_the_built_in_env_renders_a_top_down_view_for_the_console():
+    env = BuiltinReachEnv(2, seed=0)
+    env.reset(0, env.init_states(0)[:2])
+    frame = env.render(1, size=64)
+    assert frame.shape == (64, 64, 3) and frame.dtype == torch.uint8
+
+    def pixel(position):  # the scene's (x, y) to the frame's row and column
+        x, y = position[0].item(), position[1].item()
+        return frame[round((1 - y) / 2 * 63), round((x + 1) / 2 * 63)].tolist()
+
+    for marker, colour in enumerate([[220, 50, 50], [50, 190, 70], [60, 90, 230]]):
+        assert pixel(env._markers[1, marker]) == colour
+    # The effector with its gripper open is a ring: the background shows at its centre.
+    assert pixel(env._effector[1]) == [40, 40, 40]
+    env.step(torch.tensor([[0, 0, 0, 0, 0, 0, 1.0]] * 2))  # close the gripper
+    frame = env.render(1, size=64)
+    assert pixel(env._effector[1]) == [240, 240, 240]
+    with pytest.raises(ValueError, match="copy 2 is not in 0..1"):
+        env.render(2)
