@@ -367,10 +367,9 @@ def train_rlpd_split(
         if a.process.component == ENV
     ]
     try:
-        described = _answer(ray.get, [w.describe.remote() for w in workers], start_timeout_s)
-        here = _answer(
-            ray.get, learner.start.remote(workers, described, sizes, transitions), start_timeout_s
-        )
+        described = _answer([w.describe.remote() for w in workers], start_timeout_s)
+        started = learner.start.remote(workers, described, sizes, transitions)
+        here = _answer(started, start_timeout_s)
         processes = [ProcessReport(**here), *(ProcessReport(**d["where"]) for d in described)]
         if on_placed is not None:
             on_placed(processes)
@@ -384,7 +383,7 @@ def train_rlpd_split(
                 stop_sent = True
             done, _ = ray.wait([loop], timeout=0.2)
             if done:
-                result = _answer(ray.get, loop, 1.0)
+                result = _answer(loop, 1.0)
                 break
             if time.monotonic() - heard > timeout_s:
                 raise ExchangeTimeout(
@@ -407,9 +406,10 @@ def train_rlpd_split(
             queue.shutdown()
 
 
-def _answer(get: Any, refs: Any, timeout_s: float) -> Any:
+def _answer(refs: Any, timeout_s: float) -> Any:
+    """`ray.get` within the deadline; a stall another process detected keeps its type."""
     try:
-        return get(refs, timeout=timeout_s)
+        return ray.get(refs, timeout=timeout_s)
     except ray.exceptions.GetTimeoutError:
         raise ExchangeTimeout(f"no answer within {timeout_s:g} s") from None
     except ray.exceptions.RayTaskError as error:
