@@ -139,6 +139,14 @@ if REDIS_URL:
             "CONFIG": {"hosts": [{"address": REDIS_URL}], "capacity": 2000},
         }
     }
+    # What robots are online (controlplane.console.live), seen by every web process.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "armature",
+        }
+    }
 else:
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT = "controlplane.core.filebroker:Transport"

@@ -4,7 +4,7 @@ from django.urls import include, path
 
 from controlplane.access.pages import guarded
 from controlplane.api import settings_views
-from controlplane.console.views import console_index
+from controlplane.console.views import console_audit, console_index, console_robots
 from controlplane.core.views import healthz, home
 from controlplane.realtime.publish import RELAY_PATH, relay_is_served
 from controlplane.realtime.views import relay
@@ -16,6 +16,8 @@ urlpatterns = [
     path("", include("controlplane.experiments.urls")),
     path("", include("controlplane.inventory.urls")),
     path("console/", console_index, name="console"),
+    path("console/runs/<int:run_id>/", console_robots, name="console-robots"),
+    path("console/audit/", console_audit, name="console-audit"),
     path("api/v1/", include("controlplane.api.urls")),
     path("settings/", settings_views.settings_page, name="settings"),
     path("settings/tokens", settings_views.create_token, name="token-create"),

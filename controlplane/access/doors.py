@@ -119,7 +119,9 @@ DOORS: dict[str, Door] = {
     "cluster-placement": page("placement preview page", GET=VIEWER),
     "cluster-placement-preview": page("placement preview as you type", POST=VIEWER),
     "robot-list": page("robots", GET=VIEWER),
-    "console": page("operator console", GET=VIEWER),
+    "console": page("operator console: the robots online", GET=VIEWER),
+    "console-robots": page("one run's robots: live camera, state and controls", GET=VIEWER),
+    "console-audit": page("every takeover of a robot", GET=VIEWER),
     "api-docs": page("the API docs (Swagger UI)", GET=VIEWER),
     "realtime-relay": Door(
         Kind.PAGE,
@@ -163,8 +165,12 @@ DOORS: dict[str, Door] = {
     "ws-runs": socket("live runs list", VIEWER),
     "ws-run": socket("live header, events and metric points of one run", VIEWER),
     "ws-trainer": socket("a trainer's link for its run", Rule.RUN_TOKEN),
+    "ws-console": socket("live robots of a run (operators also drive them)", VIEWER),
     # --- Parts of an answer -------------------------------------------------------------
     "healthz-detail": part("/healthz's latency, detail and topology per component", VIEWER),
+    "console-control": part(
+        "take over, drive, release, mark, e-stop a robot (on ws-console)", OPERATOR
+    ),
 }
 
 # Django's admin site keeps its own check (staff only, then model permissions): one rule

@@ -3,11 +3,12 @@ from django.shortcuts import redirect, render
 
 from controlplane.access.doors import may
 from controlplane.access.pages import guarded, refused_status
+from controlplane.console.selectors import inventory_robots_with_status, robots_online
 from controlplane.inventory import services
 from controlplane.inventory.forms import ClusterImportForm, ClusterYamlForm
 from controlplane.inventory.models import Cluster
 from controlplane.inventory.placement_preview import preview_placement
-from controlplane.inventory.selectors import get_cluster, placement_yaml, robots
+from controlplane.inventory.selectors import get_cluster, placement_yaml
 from trainer import cluster as tc
 
 
@@ -128,4 +129,8 @@ def placement_preview_fragment(request: HttpRequest, name: str) -> HttpResponse:
 
 @guarded
 def robot_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "inventory/robot_list.html", {"robots": robots()})
+    listed = inventory_robots_with_status()
+    names = {robot.name for robot, _ in listed}
+    simulated = [online for online in robots_online() if online.robot["name"] not in names]
+    context = {"robots": listed, "simulated": simulated}
+    return render(request, "inventory/robot_list.html", context)

@@ -11,3 +11,8 @@ def run_group(run_id: int) -> str:
 def trainer_group(run_id: int) -> str:
     """The open trainer links of a run (closed when the run ends)."""
     return f"trainer.{run_id}"
+
+
+def console_group(run_id: int) -> str:
+    """The operator consoles watching a run's robots."""
+    return f"console.{run_id}"

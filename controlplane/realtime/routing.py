@@ -4,6 +4,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import URLPattern, path, re_path
 
 from controlplane.access.sockets import GuardedConsumer
+from controlplane.console.consumers import ConsoleConsumer
 from controlplane.realtime.consumers import StatusConsumer
 from controlplane.realtime.run_consumers import RunUpdatesConsumer
 from controlplane.realtime.trainer_consumer import TrainerConsumer
@@ -19,6 +20,7 @@ websocket_urlpatterns = [
     door("ws/status/", StatusConsumer, "ws-status"),
     door("ws/runs/", RunUpdatesConsumer, "ws-runs"),
     door("ws/runs/<int:run_id>/", RunUpdatesConsumer, "ws-run"),
+    door("ws/console/<int:run_id>/", ConsoleConsumer, "ws-console"),
 ]
 
 # Trainers' links: authenticated by their run's token, and sent without an Origin header,

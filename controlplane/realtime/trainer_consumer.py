@@ -24,9 +24,11 @@ from controlplane.access.sockets import (
     GuardedConsumer,
     bearer_token,
 )
-from controlplane.realtime.groups import trainer_group
+from controlplane.console import live
+from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.realtime.publish import publish_async
 from controlplane.runs import telemetry
+from trainer.link.console_messages import InvalidConsoleMessage, parse_console
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,10 @@ store_in_pool = sync_to_async(_store, thread_sensitive=False)
 # Messages stored in one transaction at most: a replayed spool is taken in slices, each
 # acknowledged as soon as it is committed.
 MAX_BATCH = 100
+# Console messages: `"type": "console"` opens them (trainer.link.console_messages).
+CONSOLE_PREFIX = '"console"'
+MAX_CONSOLE_CHARS = 2_000_000
+REMEMBER_EVERY_S = 0.5  # how often the robots online are updated from a run's stream
 
 
 class TrainerConsumer(GuardedConsumer):
@@ -79,6 +85,7 @@ class TrainerConsumer(GuardedConsumer):
         self.writer: asyncio.Task | None = None
         self.outbox: list[dict] = []  # stored messages waiting to be broadcast
         self.broadcaster: asyncio.Task | None = None
+        self.remembered_at = 0.0
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         # The run may have ended between the access check and joining the group.
@@ -98,6 +105,9 @@ class TrainerConsumer(GuardedConsumer):
         await self.close(code=CLOSE_RUN_FINISHED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is not None and CONSOLE_PREFIX in text_data[:40]:
+            await self._console(text_data)
+            return
         try:
             if text_data is None:
                 raise telemetry.InvalidMessage("send text frames")
@@ -110,6 +120,28 @@ class TrainerConsumer(GuardedConsumer):
         self.inbox.append(message)
         if self.writer is None or self.writer.done():
             self.writer = asyncio.ensure_future(self._write())
+
+    async def _console(self, text: str) -> None:
+        """A live console message: checked, passed to the run's consoles, and kept as
+        the run's robots online; never stored, never acknowledged."""
+        try:
+            if len(text) > MAX_CONSOLE_CHARS:
+                raise InvalidConsoleMessage(f"longer than {MAX_CONSOLE_CHARS} characters")
+            console = parse_console(json.loads(text)).model_dump(mode="json")
+        except (ValueError, InvalidConsoleMessage) as invalid:
+            log.info("run %s: refused a console message: %s", self.run_id, invalid)
+            await self._reply({"type": "error", "seq": None, "error": f"console: {invalid}"})
+            return
+        await publish_async(console_group(self.run_id), {"type": "console.state",
+                                                         "message": console})  # fmt: skip
+        now = time.monotonic()
+        if now - self.remembered_at >= REMEMBER_EVERY_S or console["replies"]:
+            self.remembered_at = now
+            await sync_to_async(live.remember)(self.run_id, console)
+
+    async def teleop_command(self, event: dict) -> None:
+        """An operator's command from a console (controlplane.console.consumers)."""
+        await self.send(text_data=json.dumps(event["message"]))
 
     async def _write(self) -> None:
         """Store what is in the inbox in one transaction, acknowledge, broadcast; again

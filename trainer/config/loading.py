@@ -204,7 +204,7 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
         ) from None
     problems = (
         _consistency_problems(config) + cluster_problems + _env_worker_problems(config, plan)
-        + _rollout_worker_problems(config, plan)
+        + _rollout_worker_problems(config, plan) + _intervention_problems(config, plan)
     )  # fmt: skip
     if problems:
         raise ConfigError(problems)
@@ -283,6 +283,32 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
                 "rollout.pipeline_stages",
                 "pipeline stages decide in the rank's own process; remove the rollout "
                 "processes or set 1",
+            )
+        ]
+    return []
+
+
+def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
+    """Interventions feed RLPD's buffers; the console's robots are the env copies of the
+    learner's process, where the run's link is."""
+    source = config.env.interventions.source
+    where = "env.interventions.source"
+    if source == "none":
+        return []
+    if config.algorithm.name != "rlpd":
+        return [
+            ConfigProblem(
+                where,
+                f"interventions ({source}) go into RLPD's buffers; {config.algorithm.name} "
+                "runs take none (set algorithm.name: rlpd or source: none)",
+            )
+        ]
+    if source == "console" and plan is not None and plan.components.get("env"):
+        return [
+            ConfigProblem(
+                where,
+                "the console's robots are the learner's own env copies: remove the env "
+                "processes from cluster.component_placement",
             )
         ]
     return []

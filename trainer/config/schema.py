@@ -21,16 +21,37 @@ class Section(BaseModel):
 
 
 class InterventionConfig(Section):
-    source: Literal["none", "scripted"] = Field(
+    source: Literal["none", "scripted", "console"] = Field(
         "none",
-        description="Who may take over env copies: none, or scripted (a test operator "
-        "that steers the built-in env's effector to the goal).",
+        description="Who may take over env copies: none; scripted (a test operator that "
+        "steers the built-in env's effector to the goal); console (operators in the "
+        "control plane's console, each copy a simulated robot).",
     )
     share: float = Field(
         0.2, ge=0, le=1, description="Share of episodes the scripted operator takes over."
     )
     max_steps: PositiveInt | None = Field(
         None, description="Steps of an episode the operator holds at most; null: all."
+    )
+    deadman_s: float = Field(
+        0.15, gt=0, le=5,
+        description="Console: an operator controls a robot only while heartbeats arrive "
+        "within this many seconds.",
+    )  # fmt: skip
+    command_window_s: float = Field(
+        0.1, gt=0, le=5,
+        description="Console: a command older than this (seconds) is never applied.",
+    )  # fmt: skip
+    on_link_loss: Literal["release", "stop"] = Field(
+        "release",
+        description="Console: when the operator's heartbeats stop, give the robot back to "
+        "the policy (release) or hold it still until cleared (stop).",
+    )
+    control_hz: float = Field(
+        20.0,
+        gt=0,
+        le=1000,
+        description="Console: env steps per second while an operator holds a robot.",
     )
 
 

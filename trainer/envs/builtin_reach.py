@@ -144,6 +144,13 @@ class BuiltinReachEnv(VectorEnv):
             executed_actions=executed,
         )
 
+    def copy_state(self, copy: int) -> dict[str, list[float]]:
+        """One copy's effector position and gripper (1 closed), for the console."""
+        return {
+            "effector": [round(v, 3) for v in self._effector[copy].tolist()],
+            "gripper": [float(self._gripper_closed[copy])],
+        }
+
     def render(self, copy: int, size: int = 96) -> torch.Tensor:
         """A top-down picture of one copy, `[size, size, 3]` uint8 (what the operator
         console shows of a state-only env): x to the right, y up, the scene's [-1, 1]

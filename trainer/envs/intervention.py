@@ -29,6 +29,9 @@ class ActionSource(Protocol):
         """Copies whose episode ended in the last step (the next one starts afresh)."""
         ...
 
+    # Optional: `after_step(policy_actions, step) -> EnvStep` sees what the policy wanted
+    # and may end episodes (an operator's success or failure mark; trainer.envs.teleop).
+
 
 class InterventionEnv(VectorEnv):
     """`env` with `source` taking over copies when it wants; one action per step."""
@@ -40,6 +43,7 @@ class InterventionEnv(VectorEnv):
         self.max_episode_steps = env.max_episode_steps
         self.obs: torch.Tensor | None = None
         self.episode_step = torch.zeros(env.num_envs, dtype=torch.long)
+        self.current_task_name = ""
 
     def init_states(self, task_id: int) -> torch.Tensor:
         return self.env.init_states(task_id)
@@ -49,6 +53,7 @@ class InterventionEnv(VectorEnv):
 
     def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
         self.obs = self.env.reset(task_id, init_states)
+        self.current_task_name = self.env.task_name(task_id)
         self.episode_step.zero_()
         self.source.episode_ended(torch.ones(self.num_envs, dtype=torch.bool))
         return self.obs
@@ -64,6 +69,9 @@ class InterventionEnv(VectorEnv):
         human, active = self.source.act(self.obs, self.episode_step)
         applied = torch.where(active[:, None], human.to(actions.dtype), actions)
         step = replace(self.env.step(applied), applied_actions=applied, intervened=active.clone())
+        after_step = getattr(self.source, "after_step", None)
+        if after_step is not None:
+            step = after_step(actions, step)
         self.obs = step.obs
         self.episode_step = torch.where(step.done, 0, self.episode_step + 1)
         if bool(step.done.any()):

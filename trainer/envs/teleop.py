@@ -12,6 +12,10 @@ one place, whichever transport delivers the operator's messages.
 - E-stop holds the copy with zero actions until it is cleared explicitly (`clear_stop`),
   whoever held it.
 - Every takeover is recorded (who, copy, start, end, steps, why it ended).
+- An operator may end a copy's episode as a success or a failure (`mark`): the env step
+  after it says so (success is terminal with reward 1, failure a truncation).
+- While an operator holds a copy, steps are paced to `control_hz`, so the simulated
+  robot moves at a rate a person can steer (a real robot's env paces itself).
 
 Operator methods may be called from any thread (the link's receiving thread); `act`
 and `episode_ended` from the env's. Times are seconds of `clock` (monotonic by default):
@@ -24,10 +28,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
+
+from trainer.envs.vector_env import EnvStep
 
 POLICY, HUMAN, STOPPED, ESTOPPED = "policy", "human", "stopped", "e-stopped"
 
@@ -38,9 +44,23 @@ class TeleopRefused(ValueError):
 
 @dataclass(frozen=True)
 class TeleopSettings:
-    deadman_s: float = 0.2
+    deadman_s: float = 0.15
     command_window_s: float = 0.1
     on_link_loss: Literal["release", "stop"] = "release"
+    control_hz: float | None = None  # steps per second while a human holds a copy
+
+
+@dataclass
+class CopyStatus:
+    """What the console shows of one copy."""
+
+    copy: int
+    mode: str
+    holder: str | None
+    episode: int
+    episode_step: int
+    policy_action: list[float]
+    last_success: bool | None  # how the copy's previous episode ended
 
 
 @dataclass
@@ -64,6 +84,13 @@ class _Copy:
     sent_at: float = 0.0
     takeover: Takeover | None = None
     estopped_by: str | None = None
+    zero_next: bool = False  # the operator was lost: the next step is a zero action
+    outcome: bool | None = None  # an operator's mark, applied on the next step
+    command_id: str | None = None  # the command to report as applied (see `on_applied`)
+    episode: int = 0
+    episode_step: int = 0
+    policy_action: list[float] = field(default_factory=list)
+    last_success: bool | None = None
 
 
 @dataclass
@@ -72,11 +99,15 @@ class TeleopSource:
     action_dim: int
     settings: TeleopSettings = field(default_factory=TeleopSettings)
     clock: Callable[[], float] = time.monotonic
+    # Told (from the env's thread) when a command given an id was first applied, with
+    # the clock's time: the console's latency figure and bench/teleop.py.
+    on_applied: Callable[[str, float], None] | None = None
 
     def __post_init__(self) -> None:
         self._copies = [_Copy() for _ in range(self.num_envs)]
         self._lock = threading.Lock()
         self.takeovers: list[Takeover] = []  # ended ones, oldest first
+        self._last_act = 0.0
 
     # ----- the operator's side ----------------------------------------------------------
     def take_over(self, copy: int, operator: str) -> None:
@@ -107,9 +138,19 @@ class TeleopSource:
             self._check_holder(state, copy, operator)
             state.heartbeat = self.clock()
 
-    def command(self, copy: int, operator: str, action: Sequence[float], sent_at: float) -> None:
+    def command(
+        self,
+        copy: int,
+        operator: str,
+        action: Sequence[float],
+        sent_at: float,
+        command_id: str | None = None,
+    ) -> None:
         """The operator's action for the next steps (a command is a heartbeat too)."""
-        values = torch.as_tensor(action, dtype=torch.float32)
+        try:
+            values = torch.as_tensor(action, dtype=torch.float32)
+        except (TypeError, ValueError):
+            values = torch.empty(0)
         if values.shape != (self.action_dim,) or not bool(values.isfinite().all()):
             raise TeleopRefused(
                 f"an action is {self.action_dim} finite numbers, not {list(values.shape)}"
@@ -119,7 +160,29 @@ class TeleopSource:
             self._check_holder(state, copy, operator)
             if sent_at >= state.sent_at:  # a late packet never replaces a newer command
                 state.command, state.sent_at = values.clamp(-1.0, 1.0), sent_at
+                state.command_id = command_id
             state.heartbeat = self.clock()
+
+    def mark(self, copy: int, operator: str, success: bool) -> None:
+        """End the copy's episode on its next step, as a success or a failure."""
+        with self._lock:
+            state = self._copy(copy)
+            if state.holder not in (None, operator):
+                raise TeleopRefused(f"copy {copy} is held by {state.holder}")
+            state.outcome = bool(success)
+
+    def link_lost(self, operator: str) -> list[int]:
+        """The operator's connection is gone: every copy they hold is let go at once
+        (as the deadman would, without waiting for it). The copies let go."""
+        with self._lock:
+            held = [
+                index
+                for index, state in enumerate(self._copies)
+                if state.mode == HUMAN and state.holder == operator
+            ]
+            for index in held:
+                self._lose(self._copies[index], "operator link lost")
+        return held
 
     def estop(self, copy: int, operator: str) -> None:
         """Any operator may stop any copy; it stays stopped until cleared."""
@@ -138,29 +201,51 @@ class TeleopSource:
                 raise TeleopRefused(f"copy {copy} is not stopped ({state.mode})")
             state.mode, state.estopped_by = POLICY, None
 
+    def end_all(self, reason: str) -> None:
+        """End every takeover under way (the run is over)."""
+        with self._lock:
+            for state in self._copies:
+                if state.mode == HUMAN:
+                    self._end(state, reason)
+
     def mode(self, copy: int) -> tuple[str, str | None]:
         """What controls the copy, and who holds it (or stopped it)."""
         with self._lock:
             state = self._copy(copy)
             return state.mode, state.holder or state.estopped_by
 
+    def status(self) -> list[CopyStatus]:
+        with self._lock:
+            return [
+                CopyStatus(
+                    index,
+                    s.mode,
+                    s.holder or s.estopped_by,
+                    s.episode,
+                    s.episode_step,
+                    s.policy_action,
+                    s.last_success,
+                )  # fmt: skip
+                for index, s in enumerate(self._copies)
+            ]
+
     # ----- the env's side (trainer.envs.intervention.ActionSource) ------------------------
     def act(
         self, obs: torch.Tensor, episode_step: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        self._pace()
         actions = torch.zeros(self.num_envs, self.action_dim)
         active = torch.zeros(self.num_envs, dtype=torch.bool)
+        applied: list[str] = []
         with self._lock:
             now = self.clock()
             for index, state in enumerate(self._copies):
+                state.episode_step = int(episode_step[index])
                 if state.mode == HUMAN and now - state.heartbeat > self.settings.deadman_s:
-                    self._end(state, "heartbeat lost")
-                    if self.settings.on_link_loss == "stop":
-                        state.mode = STOPPED
-                    active[index] = True  # this step is the zero action either way
-                    continue
-                if state.mode in (STOPPED, ESTOPPED):
-                    active[index] = True  # held still
+                    self._lose(state, "heartbeat lost")
+                if state.mode in (STOPPED, ESTOPPED) or state.zero_next:
+                    active[index] = True  # held still, or the zero action after a loss
+                    state.zero_next = False
                 elif state.mode == HUMAN:
                     active[index] = True
                     assert state.takeover is not None
@@ -168,10 +253,42 @@ class TeleopSource:
                     fresh = now - state.sent_at <= self.settings.command_window_s
                     if state.command is not None and fresh:
                         actions[index] = state.command
+                        if state.command_id is not None:
+                            applied.append(state.command_id)
+                            state.command_id = None
+        if self.on_applied is not None:
+            for command_id in applied:
+                self.on_applied(command_id, now)
         return actions, active
+
+    def after_step(self, policy_actions: torch.Tensor, step: EnvStep) -> EnvStep:
+        """Note what the policy wanted and apply the operators' marks to the step."""
+        with self._lock:
+            marked = {i: s.outcome for i, s in enumerate(self._copies) if s.outcome is not None}
+            for index, state in enumerate(self._copies):
+                state.policy_action = [round(v, 3) for v in policy_actions[index].tolist()]
+                state.outcome = None
+        if marked:
+            step = _with_outcomes(step, marked)
+        with self._lock:
+            for index in step.done.nonzero().flatten().tolist():
+                state = self._copies[index]
+                state.episode += 1
+                state.last_success = bool(step.success[index])
+        return step
 
     def episode_ended(self, done: torch.Tensor) -> None:
         """A takeover spans episodes: the operator releases it."""
+
+    def _pace(self) -> None:
+        """Hold the step to `control_hz` while a human holds a copy (outside the lock:
+        the operator's messages keep arriving meanwhile)."""
+        hz = self.settings.control_hz
+        if hz and any(state.mode == HUMAN for state in self._copies):
+            wait = self._last_act + 1.0 / hz - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        self._last_act = time.monotonic()
 
     # ----- helpers ----------------------------------------------------------------------
     def _copy(self, copy: int) -> _Copy:
@@ -184,9 +301,30 @@ class TeleopSource:
             holder = f"held by {state.holder}" if state.holder else state.mode
             raise TeleopRefused(f"{operator} does not hold copy {copy} ({holder})")
 
+    def _lose(self, state: _Copy, reason: str) -> None:
+        """End a takeover whose operator is gone: a zero action on the next step, then
+        the policy (`release`) or held still (`stop`). The lock is held."""
+        self._end(state, reason)
+        state.zero_next = True
+        if self.settings.on_link_loss == "stop":
+            state.mode = STOPPED
+
     def _end(self, state: _Copy, reason: str) -> None:
         """Close the copy's takeover (the lock is held)."""
         if state.takeover is not None:
             state.takeover.ended, state.takeover.reason = self.clock(), reason
             self.takeovers.append(state.takeover)
         state.mode, state.holder, state.command, state.takeover = POLICY, None, None, None
+
+
+def _with_outcomes(step: EnvStep, marked: dict[int, bool]) -> EnvStep:
+    """`step` with the marked copies' episodes ended: a success is terminal with reward
+    1, a failure a truncation (the state is not terminal; it bootstraps)."""
+    rows = torch.tensor(list(marked))
+    success = torch.tensor(list(marked.values()))
+    terminated, truncated = step.terminated.clone(), step.truncated.clone()
+    solved, reward = step.success.clone(), step.reward.clone()
+    terminated[rows], truncated[rows] = success, ~success
+    solved[rows] = success
+    reward[rows] = torch.where(success, 1.0, reward[rows])
+    return replace(step, terminated=terminated, truncated=truncated, success=solved, reward=reward)

@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,7 @@ CLOSE_RUN_ENDED = 4410
 # How often the acknowledged-through mark is written to the spool (a stale mark only
 # makes the control plane skip duplicates when it ingests the spool).
 ACK_MARK_INTERVAL_S = 0.5
+LIVE_BACKLOG = 64
 
 
 def websocket_url(base_url: str, run_id: int) -> str:
@@ -77,7 +79,11 @@ class TrainerLink:
         """`spool`: where every message is kept until acknowledged (the run's
         link-spool/). One an earlier process of this attempt left there is continued:
         its unacknowledged messages are sent first, and numbering goes on after its
-        last one, so no sequence number is used twice."""
+        last one, so no sequence number is used twice.
+
+        Besides acknowledgements the control plane sends operators' commands
+        (``{"type": "teleop", ...}``); they go to the handler given to
+        `on_command`, called on the link's thread."""
         self.endpoint = websocket_url(url, run_id)
         self.flush_timeout_s = flush_timeout_s
         self.max_pending = max_pending
@@ -99,6 +105,10 @@ class TrainerLink:
             self._next_seq = spool.last_seq() + 1
         self._accepting = True
         self._stop = threading.Event()
+        # Live console frames: sent once as soon as possible, never stored or resent; the
+        # newest are kept when the link is slower than they come.
+        self._live: deque[str] = deque(maxlen=LIVE_BACKLOG)
+        self._command_handler: Callable[[dict[str, Any]], None] | None = None
         self.refused: str | None = None  # why the server refused the link for good
         self.dropped = 0  # messages given up (no spool and a full buffer, or a full spool)
         self._thread = threading.Thread(target=self._run, name="armature-link", daemon=True)
@@ -118,6 +128,14 @@ class TrainerLink:
 
     def progress(self, step: int, total: int) -> None:
         self._enqueue(lambda seq: Progress(seq=seq, step=step, total=total))
+
+    def live(self, payload: dict[str, Any]) -> None:
+        """Send a console frame (trainer.link.console_messages) without storing it."""
+        if self._accepting and self.refused is None:
+            self._live.append(json.dumps(payload, allow_nan=False))
+
+    def on_command(self, handler: Callable[[dict[str, Any]], None] | None) -> None:
+        self._command_handler = handler
 
     def pending(self) -> int:
         with self._lock:
@@ -241,6 +259,8 @@ class TrainerLink:
             for seq, payload in self._outgoing(sent_upto):
                 socket.send(payload)
                 sent_upto = seq
+            while self._live:
+                socket.send(self._live.popleft())
             try:
                 raw = socket.recv(timeout=POLL_S)
             except TimeoutError:
@@ -261,9 +281,13 @@ class TrainerLink:
 
     def _on_reply(self, raw: str | bytes) -> None:
         try:
-            reply = parse_reply(json.loads(raw))
+            data = json.loads(raw)
         except ValueError:
-            reply = None
+            data = None
+        if isinstance(data, dict) and data.get("type") == "teleop":
+            self._command(data)
+            return
+        reply = parse_reply(data)
         if reply is None or reply.seq is None:
             log.warning("link: unexpected reply %.200r", raw)
             return
@@ -282,6 +306,16 @@ class TrainerLink:
                 self._mark_written_at = time.monotonic()
             if not self._pending:
                 self._acked_all.notify_all()
+
+    def _command(self, message: dict[str, Any]) -> None:
+        handler = self._command_handler
+        if handler is None:
+            log.info("link: an operator's command arrived, but this run takes none")
+            return
+        try:
+            handler(message)
+        except Exception:  # the link's thread must outlive a handler's bug
+            log.exception("link: the command handler failed")
 
     def _refuse(self, why: str, expected: bool = False) -> None:
         if expected:  # e.g. the run ended once the trainer said it finished

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +28,8 @@ class Link(Protocol):
     def event(self, kind: EventKind, data: dict[str, Any] | None = None) -> None: ...
     def metrics(self, step: int, values: dict[str, float], at: float | None = None) -> None: ...
     def progress(self, step: int, total: int) -> None: ...
+    def live(self, payload: dict[str, Any]) -> None: ...
+    def on_command(self, handler: Callable[[dict[str, Any]], None] | None) -> None: ...
     def close(self, timeout: float | None = None) -> bool: ...
 
 
@@ -41,6 +43,12 @@ class NullLink:
         pass
 
     def progress(self, step: int, total: int) -> None:
+        pass
+
+    def live(self, payload: dict[str, Any]) -> None:
+        pass
+
+    def on_command(self, handler: Callable[[dict[str, Any]], None] | None) -> None:
         pass
 
     def close(self, timeout: float | None = None) -> bool:

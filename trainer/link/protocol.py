@@ -27,11 +27,11 @@ from pydantic import (
 PROTOCOL_VERSION = 1
 EVENT_KINDS = (
     "started", "placed", "iteration", "checkpoint", "recovered", "evaluated", "stopped",
-    "finished", "failed",
+    "finished", "failed", "takeover",
 )  # fmt: skip
 EventKind = Literal[
     "started", "placed", "iteration", "checkpoint", "recovered", "evaluated", "stopped",
-    "finished", "failed",
+    "finished", "failed", "takeover",
 ]  # fmt: skip
 
 MAX_VALUES_PER_MESSAGE = 1000
@@ -80,6 +80,8 @@ class Event(_Message):
     def _finished_has_a_summary(self) -> Event:
         if self.kind == "evaluated":
             _check(EvalTableData, self.data, "data")
+        if self.kind == "takeover":
+            _check(TakeoverData, self.data, "data")
         if self.kind != "finished":
             return self
         summary = self.data.get("summary")
@@ -168,6 +170,18 @@ class EvalTableData(_Strict):
     average: Rate  # the suite average: the mean of the tasks' rates
     horizon_average: dict[HorizonKey, Rate] = Field(max_length=64)
     tasks: list[EvalTaskRow] = Field(min_length=1, max_length=1000)
+
+
+class TakeoverData(_Strict):
+    """A `takeover` event's data: one operator's control of one robot, for the audit."""
+
+    operator: str = Field(min_length=1, max_length=150)
+    robot: Count
+    robot_name: str = Field(max_length=150)
+    started: float  # time.time() on the trainer
+    ended: float
+    steps: Count
+    reason: str = Field(max_length=200)
 
 
 _SUMMARY = TypeAdapter(

@@ -106,8 +106,9 @@ def _train(args: argparse.Namespace, link: Link) -> int:
             from trainer.runner.rlpd_runner import RLPDRunner  # only what the config needs
 
             runner = RLPDRunner(
-                config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint
-            )
+                config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
+                link=link,
+            )  # fmt: skip
         else:
             runner = OnPolicyRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,

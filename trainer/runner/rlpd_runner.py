@@ -29,14 +29,18 @@ from trainer.algorithms.metrics import rates_from_counts
 from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
 from trainer.config.errors import ConfigError
 from trainer.config.loading import dump_config
-from trainer.config.schema import ExperimentConfig
+from trainer.config.schema import ExperimentConfig, InterventionConfig
 from trainer.data.demos import DemoFileError, load_demos
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
 from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
+from trainer.envs.teleop import TeleopSettings, TeleopSource
 from trainer.envs.vector_env import VectorEnv
+from trainer.link.environment import Link, NullLink
+from trainer.robots.console_bridge import ConsoleBridge
+from trainer.robots.driver import SimulatedRobot
 from trainer.runner.build import env_options
 from trainer.runner.checkpoints import (
     checkpoint_path,
@@ -73,8 +77,10 @@ def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
     )  # fmt: skip
 
 
-def build_env(config: ExperimentConfig) -> VectorEnv:
-    """The run's env copies, wrapped for interventions when a source is configured."""
+def build_env(config: ExperimentConfig, link: Link | None = None) -> VectorEnv:
+    """The run's env copies, wrapped for interventions when a source is configured.
+    With the console as the source, each copy is a simulated robot that operators take
+    over through `link` (the env's `console` attribute is the bridge to close)."""
     try:
         env = make_vector_env(
             config.env.name, num_envs=config.env.num_parallel_envs,
@@ -96,7 +102,22 @@ def build_env(config: ExperimentConfig) -> VectorEnv:
             seed=config.runner.seed,
         )  # fmt: skip
         env = InterventionEnv(env, operator)
+    elif interventions.source == "console":
+        env = _console_env(env, interventions, link or NullLink())
     return env
+
+
+def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> InterventionEnv:
+    source = TeleopSource(
+        env.num_envs, env.action_dim,
+        TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
+                       settings.control_hz),
+        clock=time.time,  # commands carry the web server's time.time()
+    )  # fmt: skip
+    robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
+    wrapped = InterventionEnv(env, source)
+    wrapped.console = ConsoleBridge(link, source, robots, lambda: wrapped.current_task_name)
+    return wrapped
 
 
 class RLPDRunner:
@@ -107,9 +128,11 @@ class RLPDRunner:
         on_metrics: MetricsCallback | None = None,
         on_checkpoint: CheckpointCallback | None = None,
         actors: RLPDActors | None = None,
+        link: Link | None = None,
     ) -> None:
         """`actors`: the run's env copies in placed workers that act with the weights
-        this learner publishes (trainer.runtime.rlpd_split); None: in this process."""
+        this learner publishes (trainer.runtime.rlpd_split); None: in this process.
+        `link`: the run's link, which the operator console's commands arrive by."""
         self.config = config
         self.output_dir = Path(output_dir) if output_dir else run_folder(config)
         self.on_metrics, self.on_checkpoint = on_metrics, on_checkpoint
@@ -119,7 +142,7 @@ class RLPDRunner:
         self.generator = torch.Generator().manual_seed(config.runner.seed)
         r = config.algorithm.rlpd
         self.actors = actors
-        self.env = build_env(config) if actors is None else None
+        self.env = build_env(config, link) if actors is None else None
         envs = actors if actors is not None else self.env
         self.obs_shape, self.action_dim = tuple(envs.obs_shape), envs.action_dim
         self.num_envs, self.num_tasks = envs.num_envs, envs.num_tasks
@@ -327,6 +350,9 @@ class RLPDRunner:
 
     def close(self) -> None:
         if self.env is not None:
+            console = getattr(self.env, "console", None)
+            if console is not None:
+                console.close()
             self.env.close()
 
     # ----- checkpoints -------------------------------------------------------------

@@ -174,3 +174,58 @@ def test_the_built_in_env_renders_a_top_down_view_for_the_console():
     assert pixel(env._effector[1]) == [240, 240, 240]
     with pytest.raises(ValueError, match="copy 2 is not in 0..1"):
         env.render(2)
+
+
+def test_marks_end_the_episode_a_success_terminal_a_failure_truncated():
+    env, source, _ = scene()
+    source.mark(0, "olga", success=True)
+    source.mark(1, "ivan", success=False)
+    result = step(env)
+    assert result.terminated.tolist() == [True, False]
+    assert result.truncated.tolist() == [False, True]
+    assert result.success.tolist() == [True, False]
+    assert result.reward[0] == 1.0
+    assert [status.last_success for status in source.status()] == [True, False]
+    assert [status.episode for status in source.status()] == [1, 1]
+    assert not step(env).done.any()  # a mark ends one episode only
+
+
+def test_a_lost_link_lets_go_at_once_with_a_zero_action_or_holds_still():
+    for on_link_loss, mode_after in (("release", "policy"), ("stop", "stopped")):
+        env, source, clock = scene(on_link_loss)
+        source.take_over(0, "olga")
+        source.take_over(1, "ivan")
+        source.command(0, "olga", [1, 0, 0, 0, 0, 0, 1], sent_at=clock.now)
+        assert source.link_lost("olga") == [0]
+        result = step(env)
+        assert result.intervened.tolist() == [True, True]
+        assert result.applied_actions[0].tolist() == [0.0] * 7
+        assert source.mode(0)[0] == mode_after and source.mode(1) == ("human", "ivan")
+        assert source.takeovers[-1].reason == "operator link lost"
+        assert step(env).intervened[0].item() is (on_link_loss == "stop")
+
+
+def test_steps_keep_to_the_control_rate_while_a_human_holds_a_copy():
+    import time
+
+    source = TeleopSource(2, 7, TeleopSettings(control_hz=50.0), clock=time.monotonic)
+    env = InterventionEnv(BuiltinReachEnv(2, seed=0), source)
+    env.reset(0, env.init_states(0)[:2])
+    source.take_over(0, "olga")
+    started = time.monotonic()
+    for _ in range(10):
+        source.heartbeat(0, "olga")
+        step(env)
+    held = time.monotonic() - started
+    assert held >= 9 / 50.0  # 10 steps at 50 Hz take at least 9 periods
+
+
+def test_the_first_step_that_applies_a_command_reports_it():
+    env, source, clock = scene()
+    applied = []
+    source.on_applied = lambda command_id, at: applied.append((command_id, at))
+    source.take_over(0, "olga")
+    source.command(0, "olga", [1, 0, 0, 0, 0, 0, 1], sent_at=clock.now, command_id="c1")
+    step(env)
+    step(env)
+    assert applied == [("c1", clock.now)]

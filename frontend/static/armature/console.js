@@ -1,0 +1,296 @@
+// The operator console of one run (frontend/templates/console/robots.html): live robot
+// state and camera frames over /ws/console/<run>/, and, for operators, takeover with the
+// keyboard or a gamepad. The robots' safety rules (deadman, command window, one holder,
+// e-stop) are enforced where the robot is; this page sends a command at the control rate
+// while it holds a robot, and those commands are its heartbeat.
+(() => {
+  "use strict";
+  const root = document.getElementById("console");
+  if (!root) return;
+  const runId = root.dataset.run;
+  const operator = root.dataset.operator;
+  const canControl = root.dataset.canControl === "true";
+  const $ = (id) => document.getElementById(id);
+
+  const MOTIONS = ["x", "y", "z", "roll", "pitch", "yaw"];
+  const DEFAULT_KEYS = {
+    x: ["a", "d"], y: ["s", "w"], z: ["arrowdown", "arrowup"],
+    roll: ["j", "l"], pitch: ["k", "i"], yaw: ["u", "o"],
+  };
+  const SHORTCUTS = {
+    t: "take_over", y: "release", 1: "mark_success", 2: "mark_failure", q: "request",
+    c: "clear_stop", escape: "estop",
+  };
+  const GRIPPER_KEY = "g";
+  const STORE = "armature.console.keys";
+
+  let keys = loadKeys();
+  let socket = null;
+  let selected = Number(new URLSearchParams(location.search).get("robot") || 0);
+  let robots = [];
+  let controlHz = 20;
+  let lastStateAt = 0;
+  let gripperClosed = false;
+  let padButtonDown = false;
+  let commandSeq = 0;
+  const sentAt = new Map(); // command id → performance.now() when sent
+  const pressed = new Set();
+  let frames = 0;
+  let loop = null;
+
+  function loadKeys() {
+    try {
+      return { ...DEFAULT_KEYS, ...JSON.parse(localStorage.getItem(STORE) || "{}") };
+    } catch (error) {
+      return { ...DEFAULT_KEYS };
+    }
+  }
+
+  function renderKeyMap() {
+    const body = $("key-map").querySelector("tbody");
+    body.replaceChildren();
+    for (const motion of MOTIONS) {
+      const row = document.createElement("tr");
+      row.append(cell(motion));
+      keys[motion].forEach((key, side) => {
+        const input = document.createElement("input");
+        input.value = key;
+        input.setAttribute("aria-label", `${motion} ${side ? "+" : "−"} key`);
+        input.addEventListener("change", () => {
+          keys[motion][side] = input.value.trim().toLowerCase();
+          localStorage.setItem(STORE, JSON.stringify(keys));
+        });
+        const td = document.createElement("td");
+        td.append(input);
+        row.append(td);
+      });
+      body.append(row);
+    }
+  }
+
+  function cell(text) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    return td;
+  }
+
+  function scale() {
+    return Number($("scale").value);
+  }
+
+  // The operator's action: 6-DoF end-effector deltas in [-1, 1] and the gripper (+1 closed).
+  function action() {
+    const values = MOTIONS.map((motion) => {
+      const [minus, plus] = keys[motion];
+      return (pressed.has(plus) ? 1 : 0) - (pressed.has(minus) ? 1 : 0);
+    });
+    const pad = gamepad();
+    if (pad) {
+      const dead = (v) => (Math.abs(v) < 0.15 ? 0 : v);
+      values[0] += dead(pad.axes[0] || 0);
+      values[1] -= dead(pad.axes[1] || 0);
+      values[2] -= dead(pad.axes[3] || 0);
+      values[5] += dead(pad.axes[2] || 0);
+    }
+    const scaled = values.map((v) => Math.max(-1, Math.min(1, v)) * scale());
+    return [...scaled, gripperClosed ? 1 : -1];
+  }
+
+  function gamepad() {
+    const pads = navigator.getGamepads ? navigator.getGamepads() : [];
+    const pad = [...pads].find((p) => p && p.connected);
+    $("gamepad").textContent = pad ? `gamepad: ${pad.id}` : "no gamepad";
+    const down = Boolean(pad && pad.buttons[0] && pad.buttons[0].pressed);
+    if (down && !padButtonDown) setGripper(!gripperClosed); // on the press, not while held
+    padButtonDown = down;
+    return pad || null;
+  }
+
+  function setGripper(closed) {
+    gripperClosed = closed;
+    $("gripper").textContent = closed ? "closed" : "open";
+  }
+
+  function robot() {
+    return robots.find((r) => r.robot === selected);
+  }
+
+  function holding() {
+    const r = robot();
+    return Boolean(r && r.mode === "human" && r.holder === operator);
+  }
+
+  function send(message) {
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
+  }
+
+  function press(op) {
+    if (op === "mark_success" || op === "mark_failure") {
+      send({ op: "mark", robot: selected, success: op === "mark_success" });
+    } else {
+      send({ op, robot: selected });
+    }
+  }
+
+  function tick() {
+    if (!holding()) return;
+    const id = `c${++commandSeq}`;
+    sentAt.set(id, performance.now());
+    if (sentAt.size > 500) sentAt.delete(sentAt.keys().next().value);
+    const values = action();
+    $("your-action").textContent = values.map((v) => v.toFixed(2)).join(" ");
+    send({ op: "command", robot: selected, action: values, id });
+  }
+
+  function restartLoop() {
+    if (loop) clearInterval(loop);
+    loop = setInterval(tick, 1000 / controlHz);
+  }
+
+  function showError(text) {
+    const box = $("console-error");
+    box.textContent = text;
+    box.hidden = !text;
+  }
+
+  function onConsole(message) {
+    lastStateAt = performance.now();
+    $("task").textContent = message.task || "—";
+    if (message.control_hz && message.control_hz !== controlHz) {
+      controlHz = message.control_hz;
+      restartLoop();
+    }
+    robots = message.robots;
+    renderTabs();
+    renderRobot();
+    for (const frame of message.frames) {
+      if (frame.robot !== selected) continue;
+      $("camera").src = `data:image/jpeg;base64,${frame.jpeg}`;
+      $("camera").dataset.frames = String(Number($("camera").dataset.frames || 0) + 1);
+      $("camera-note").textContent = `${frame.camera} · ${frame.width}×${frame.height}`;
+      frames += 1;
+    }
+    for (const reply of message.replies) {
+      if (reply.operator !== operator) continue;
+      if (!reply.ok) showError(`${reply.op}: ${reply.error}`);
+      else showError("");
+    }
+    for (const applied of message.applied) {
+      const start = sentAt.get(applied.id);
+      if (start !== undefined) {
+        $("applied-latency").textContent = (performance.now() - start).toFixed(1);
+        sentAt.delete(applied.id);
+      }
+    }
+  }
+
+  function renderTabs() {
+    const tabs = $("robot-tabs");
+    if (tabs.childElementCount !== robots.length) {
+      tabs.replaceChildren(
+        ...robots.map((r) => {
+          const button = document.createElement("button");
+          button.type = "button";
+          button.setAttribute("role", "tab");
+          button.addEventListener("click", () => {
+            selected = r.robot;
+            send({ op: "watch", robot: selected });
+            renderTabs();
+            renderRobot();
+          });
+          return button;
+        })
+      );
+    }
+    robots.forEach((r, index) => {
+      const button = tabs.children[index];
+      button.textContent = `${r.name} · ${r.mode}`;
+      button.setAttribute("aria-selected", String(r.robot === selected));
+    });
+  }
+
+  function renderRobot() {
+    const r = robot();
+    if (!r) return;
+    $("mode").textContent = r.mode;
+    $("holder").textContent = r.holder || "—";
+    $("episode").textContent = r.episode;
+    $("episode-step").textContent = r.episode_step;
+    $("last-success").textContent =
+      r.last_success === null ? "—" : r.last_success ? "success" : "failure";
+    $("policy-action").textContent = r.policy_action.map((v) => v.toFixed(2)).join(" ");
+    $("robot-state").textContent = Object.entries(r.state)
+      .map(([name, values]) => `${name} ${values.join(" ")}`)
+      .join(" · ");
+  }
+
+  function onMessage(event) {
+    const message = JSON.parse(event.data);
+    if (message.type === "console") onConsole(message);
+    else if (message.type === "pong") $("rtt").textContent = (performance.now() - message.t).toFixed(1);
+    else if (message.type === "refused") showError(`${message.op}: refused (${message.status}): ${message.error}`);
+    else if (message.type === "error") showError(message.error);
+    else if (message.type === "request") {
+      const box = $("console-request");
+      box.textContent = `${message.by} asks for robot ${message.robot}.`;
+      box.hidden = false;
+    }
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${location.host}/ws/console/${runId}/`);
+    socket.addEventListener("open", () => send({ op: "watch", robot: selected }));
+    socket.addEventListener("message", onMessage);
+    socket.addEventListener("close", () => setTimeout(connect, 1000));
+  }
+
+  function showLinkState() {
+    const badge = $("link-state");
+    let state = "disconnected";
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      state = performance.now() - lastStateAt < 1000 ? "live" : "no trainer";
+    }
+    badge.textContent = state;
+    badge.className = `badge ${state === "live" ? "up" : state === "no trainer" ? "idle" : "down"}`;
+    $("fps").textContent = String(frames);
+    frames = 0;
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.target instanceof HTMLInputElement) return;
+    const key = event.key.toLowerCase();
+    if (canControl && !event.repeat) {
+      if (key in SHORTCUTS) {
+        event.preventDefault();
+        press(SHORTCUTS[key]);
+        return;
+      }
+      if (key === GRIPPER_KEY) {
+        setGripper(!gripperClosed);
+        return;
+      }
+    }
+    if (Object.values(keys).some((pair) => pair.includes(key))) {
+      event.preventDefault();
+      pressed.add(key);
+    }
+  });
+  document.addEventListener("keyup", (event) => pressed.delete(event.key.toLowerCase()));
+  window.addEventListener("blur", () => pressed.clear());
+  root.querySelectorAll("button[data-op]").forEach((button) =>
+    button.addEventListener("click", () => press(button.dataset.op))
+  );
+  $("scale").addEventListener("input", () => {
+    $("scale-value").textContent = scale().toFixed(1);
+  });
+
+  renderKeyMap();
+  connect();
+  restartLoop();
+  setInterval(() => {
+    send({ op: "ping", t: performance.now() });
+    send({ op: "watch", robot: selected });
+    showLinkState();
+  }, 1000);
+})();

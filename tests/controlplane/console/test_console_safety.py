@@ -1,0 +1,315 @@
+"""The operator console's safety rules, end to end: operators' sockets on a live daphne,
+the run's real trainer link, the console bridge and the built-in env stepped by the
+intervention wrapper, as an RLPD run steps it. What the env applied is the evidence."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.test import Client
+from websockets.sync.client import connect
+
+from controlplane.runs.models import RunEvent
+from controlplane.runs.tokens import make_run_token
+from tests.processes import wait_until
+from tests.runs import submitted_run
+from trainer.envs.builtin_reach import BuiltinReachEnv
+from trainer.envs.intervention import InterventionEnv
+from trainer.envs.teleop import TeleopSettings, TeleopSource
+from trainer.link import TrainerLink
+from trainer.robots.console_bridge import ConsoleBridge
+from trainer.robots.driver import SimulatedRobot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+POLICY_ACTION = 0.5
+PUSH = [1.0, 0, 0, 0, 0, 0, -1.0]
+
+
+class Robots:
+    """Two simulated robots stepping at `hz` behind the run's link, with every step's
+    applied actions recorded as (time, actions, intervened)."""
+
+    def __init__(self, url: str, run_id: int, settings: TeleopSettings, hz: float = 200.0):
+        self.env_core = BuiltinReachEnv(2, seed=0)
+        self.source = TeleopSource(2, 7, settings, clock=time.time)
+        self.env = InterventionEnv(self.env_core, self.source)
+        self.link = TrainerLink(url, run_id, make_run_token(run_id))
+        robots = [SimulatedRobot(self.env_core, copy, f"sim-{copy}") for copy in range(2)]
+        self.bridge = ConsoleBridge(self.link, self.source, robots, lambda: "reach_red")
+        self.steps: list[tuple[float, torch.Tensor, torch.Tensor]] = []
+        self.period, self.paused = 1.0 / hz, threading.Event()
+        self._stop = threading.Event()
+        self.env.reset(0, self.env.init_states(0)[:2])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.paused.is_set():
+                step = self.env.step(torch.full((2, 7), POLICY_ACTION))
+                self.steps.append((time.time(), step.applied_actions[:], step.intervened[:]))
+            time.sleep(self.period)
+
+    def after(self, since: float) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
+        return [step for step in list(self.steps) if step[0] > since]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.bridge.close()
+        self.link.close(timeout=10)
+
+
+class Console:
+    """A browser's console socket, with the messages it received."""
+
+    def __init__(self, url: str, run_id: int, cookie: str):
+        self.socket = connect(
+            url.replace("http", "ws") + f"/ws/console/{run_id}/",
+            additional_headers={"Cookie": cookie}, origin=url, open_timeout=10,
+        )  # fmt: skip
+        self.received: list[dict] = []
+        self.sent_mark = 0  # what had arrived when the last message was sent
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for raw in self.socket:
+                self.received.append(json.loads(raw))
+        except Exception:  # closed
+            pass
+
+    def send(self, **message) -> None:
+        self.sent_mark = len(self.received)
+        self.socket.send(json.dumps(message))
+
+    def wait_for(self, test, what: str, timeout: float = 10.0) -> dict:
+        """The first message since the last send that passes `test`."""
+        found: list[dict] = []
+
+        def seen() -> bool:
+            found[:] = [m for m in self.received[self.sent_mark :] if test(m)]
+            return bool(found)
+
+        wait_until(seen, timeout, what, 0.01)
+        return found[0]
+
+    def reply(self, op: str, operator: str) -> dict:
+        def test(message: dict) -> bool:
+            return message.get("type") == "console" and any(
+                r["op"] == op and r["operator"] == operator for r in message["replies"]
+            )
+
+        message = self.wait_for(test, f"the reply to {operator}'s {op}")
+        return next(r for r in message["replies"] if r["op"] == op and r["operator"] == operator)
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def login(name: str, role: str | None) -> str:
+    user = get_user_model().objects.create_user(name, password="pw-for-tests")
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}"
+
+
+@pytest.fixture
+def scene(web):
+    run = submitted_run("console")
+    cookies = {"olga": login("olga", "operator"), "ivan": login("ivan", "operator"),
+               "vera": login("vera", None)}  # fmt: skip
+    made: list = []
+
+    def make(settings: TeleopSettings | None = None) -> tuple[Robots, dict[str, Console]]:
+        robots = Robots(web.url, run.pk, settings or TeleopSettings(deadman_s=0.15))
+        consoles = {name: Console(web.url, run.pk, cookie) for name, cookie in cookies.items()}
+        made.extend([robots, *consoles.values()])
+        for console in consoles.values():  # the trainer's state reaches every console
+            console.wait_for(lambda m: m.get("type") == "console", "the robots' state")
+        return robots, consoles
+
+    yield run, make
+    for thing in reversed(made):
+        thing.close()
+
+
+def keep_driving(console: Console, stop: threading.Event, robot: int = 0) -> threading.Thread:
+    """The page's control loop: a command every 25 ms while the operator holds the robot."""
+
+    def drive() -> None:
+        while not stop.is_set():
+            try:
+                console.send(op="command", robot=robot, action=PUSH)
+            except Exception:
+                return
+            time.sleep(0.025)
+
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_viewer_cannot_take_over(scene):
+    _, make = scene
+    robots, consoles = make()
+    consoles["vera"].send(op="take_over", robot=0)
+    refused = consoles["vera"].wait_for(lambda m: m.get("type") == "refused", "the refusal")
+    assert refused["status"] == 403 and "operator role" in refused["error"]
+    time.sleep(0.2)
+    assert robots.source.mode(0) == ("policy", None)
+    consoles["vera"].send(op="watch", robot=1)  # watching is for everyone
+    frame = consoles["vera"].wait_for(
+        lambda m: m.get("type") == "console" and any(f["robot"] == 1 for f in m["frames"]),
+        "a frame of robot 1",
+    )
+    assert frame["frames"][0]["jpeg"].startswith("/9j/")  # a JPEG
+
+
+def test_two_operators_one_lock_and_the_other_sees_who_holds_it(scene):
+    _, make = scene
+    robots, consoles = make()
+    consoles["olga"].send(op="take_over", robot=0)
+    assert consoles["olga"].reply("take_over", "olga")["ok"]
+    consoles["ivan"].send(op="take_over", robot=0)
+    refused = consoles["ivan"].reply("take_over", "ivan")
+    assert not refused["ok"] and refused["error"] == "copy 0 is held by olga"
+    state = consoles["ivan"].wait_for(
+        lambda m: m.get("type") == "console" and m["robots"][0]["holder"] == "olga",
+        "olga holding robot 0",
+    )
+    assert state["robots"][0]["mode"] == "human"
+    consoles["ivan"].send(op="request", robot=0)
+    asked = consoles["olga"].wait_for(lambda m: m.get("type") == "request", "ivan's request")
+    assert asked == {"type": "request", "robot": 0, "by": "ivan"}
+    consoles["olga"].send(op="release", robot=0)
+    assert consoles["olga"].reply("release", "olga")["ok"]
+    consoles["ivan"].send(op="take_over", robot=0)
+    assert consoles["ivan"].reply("take_over", "ivan")["ok"]
+    assert robots.source.mode(0) == ("human", "ivan")
+
+
+def test_closing_the_operators_socket_releases_with_a_zero_action_within_200_ms(scene):
+    run, make = scene
+    robots, consoles = make()
+    olga = consoles["olga"]
+    olga.send(op="take_over", robot=0)
+    assert olga.reply("take_over", "olga")["ok"]
+    stop = threading.Event()
+    keep_driving(olga, stop)
+    wait_until(lambda: any(bool(a[0].eq(torch.tensor(PUSH)).all()) for _, a, _ in robots.steps),
+               10, "olga's command applied", 0.01)  # fmt: skip
+    stop.set()
+    closed_at = time.time()
+    olga.close()
+    wait_until(lambda: robots.source.mode(0)[0] == "policy", 5, "the release", 0.005)
+    after = robots.after(closed_at)
+    zero = next(t for t, actions, _ in after if bool(actions[0].eq(0).all()))
+    assert zero - closed_at <= 0.2, f"zero action {1000 * (zero - closed_at):.0f} ms after"
+    # After the zero action the policy drives again.
+    wait_until(lambda: any(not i[0] for _, _, i in robots.after(zero)), 5, "the policy", 0.01)
+    event = wait_until_event(run, "takeover")
+    assert event.data["operator"] == "olga" and event.data["reason"] == "operator link lost"
+    assert event.data["steps"] > 0
+
+
+def test_missed_heartbeats_release_with_a_zero_action_within_200_ms(scene):
+    _, make = scene
+    robots, consoles = make()
+    olga = consoles["olga"]
+    olga.send(op="take_over", robot=0)
+    assert olga.reply("take_over", "olga")["ok"]
+    stop = threading.Event()
+    keep_driving(olga, stop)
+    wait_until(lambda: any(bool(i[0]) for _, _, i in robots.steps), 10, "the takeover", 0.01)
+    stop.set()  # the socket stays open, but nothing more arrives (a frozen tab)
+    silent_from = time.time()
+    wait_until(lambda: robots.source.mode(0)[0] == "policy", 5, "the deadman", 0.005)
+    zero = next(t for t, actions, _ in robots.after(silent_from) if bool(actions[0].eq(0).all()))
+    assert zero - silent_from <= 0.2, f"zero action {1000 * (zero - silent_from):.0f} ms after"
+    assert robots.source.takeovers[-1].reason == "heartbeat lost"
+
+
+def test_a_command_older_than_its_window_is_never_applied(scene):
+    _, make = scene
+    robots, consoles = make(TeleopSettings(deadman_s=5.0, command_window_s=0.1))
+    olga = consoles["olga"]
+    olga.send(op="take_over", robot=0)
+    assert olga.reply("take_over", "olga")["ok"]
+    robots.paused.set()  # the env is busy: the command waits
+    olga.send(op="command", robot=0, action=PUSH)
+    sent = time.time()
+    time.sleep(0.3)
+    robots.paused.clear()
+    wait_until(lambda: len(robots.after(sent + 0.3)) >= 3, 5, "steps after the pause", 0.01)
+    for _, actions, intervened in robots.after(sent + 0.3)[:3]:
+        assert bool(intervened[0]) and bool(actions[0].eq(0).all())  # held, not pushed
+
+
+def test_e_stop_holds_the_robot_until_cleared(scene):
+    _, make = scene
+    robots, consoles = make()
+    olga, ivan = consoles["olga"], consoles["ivan"]
+    ivan.send(op="estop", robot=1)
+    assert ivan.reply("estop", "ivan")["ok"]
+    stopped_at = time.time()
+    time.sleep(0.3)
+    held = robots.after(stopped_at + 0.05)
+    assert held and all(bool(i[1]) and bool(a[1].eq(0).all()) for _, a, i in held)
+    olga.send(op="take_over", robot=1)
+    refused = olga.reply("take_over", "olga")
+    assert not refused["ok"] and "e-stopped by ivan" in refused["error"]
+    olga.send(op="clear_stop", robot=1)
+    assert olga.reply("clear_stop", "olga")["ok"]
+    cleared_at = time.time()
+    wait_until(lambda: len(robots.after(cleared_at + 0.05)) >= 3, 5, "steps", 0.01)
+    assert all(not bool(i[1]) for _, _, i in robots.after(cleared_at + 0.05))
+
+
+def test_a_marked_success_ends_the_episode_and_the_takeover_is_audited(scene, client):
+    run, make = scene
+    robots, consoles = make()
+    olga = consoles["olga"]
+    olga.send(op="take_over", robot=0)
+    assert olga.reply("take_over", "olga")["ok"]
+    olga.send(op="mark", robot=0, success=True)
+    assert olga.reply("mark", "olga")["ok"]
+    olga.wait_for(
+        lambda m: m.get("type") == "console" and m["robots"][0]["last_success"] is True,
+        "the episode marked a success",
+    )
+    olga.send(op="release", robot=0)
+    assert olga.reply("release", "olga")["ok"]
+    event = wait_until_event(run, "takeover")
+    assert event.data["reason"] == "released" and event.data["robot_name"] == "sim-0"
+    client.force_login(get_user_model().objects.get(username="vera"))
+    audit = client.get("/console/audit/").content.decode()
+    assert "olga" in audit and "sim-0" in audit and "released" in audit
+
+
+def test_bad_console_messages_get_an_error_naming_what_is_wrong(scene):
+    _, make = scene
+    _, consoles = make()
+    olga = consoles["olga"]
+    olga.send(op="command", robot=0, action=["left"])
+    error = olga.wait_for(lambda m: m.get("type") == "error", "the error")
+    assert "action" in error["error"]
+    olga.socket.send("not json")
+    olga.wait_for(lambda m: m.get("error") == 'send JSON objects with an "op"', "the error")
+    olga.send(op="take_over", robot=7)
+    assert "there is no robot 7" in olga.reply("take_over", "olga")["error"]
+
+
+def wait_until_event(run, kind: str) -> RunEvent:
+    wait_until(lambda: RunEvent.objects.filter(run=run, kind=kind).exists(), 10, kind, 0.05)
+    return RunEvent.objects.filter(run=run, kind=kind).latest("pk")

@@ -1,0 +1,114 @@
+"""The operator console's messages on a run's link (docs/link-protocol.md#console).
+
+Two kinds, neither stored nor acknowledged (they are live: a lost one is superseded by
+the next):
+- ``teleop``: the control plane → the trainer, an operator's command for one robot. The
+  web server names the operator (from the logged-in session, never from the browser)
+  and stamps ``sent_at`` with its clock when the browser's message arrived.
+- ``console``: the trainer → the control plane, each robot's state several times a
+  second, a camera frame of the robots being watched, replies to commands and which
+  commands were applied.
+
+Takeovers are audited through the stored ``takeover`` event (trainer.link.protocol).
+Pure pydantic, like the protocol module.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MAX_ACTION_DIM = 32
+MAX_FRAME_CHARS = 400_000  # a base64 JPEG
+MAX_ROBOTS = 256
+
+Name = Annotated[str, Field(min_length=1, max_length=150)]
+CommandId = Annotated[str, Field(min_length=1, max_length=64)]
+Op = Literal[
+    "take_over", "release", "command", "heartbeat", "estop", "clear_stop", "mark", "watch",
+    "link_lost",
+]  # fmt: skip
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class Teleop(_Strict):
+    type: Literal["teleop"] = "teleop"
+    op: Op
+    operator: Name
+    robot: int | None = Field(None, ge=0)  # which robot (env copy); none for link_lost
+    action: list[float] | None = Field(None, max_length=MAX_ACTION_DIM)
+    success: bool | None = None  # for mark
+    sent_at: float = Field(ge=0)  # the web server's time.time() at the browser's message
+    id: CommandId | None = None  # echoed in the reply and in `applied`
+
+
+class RobotState(_Strict):
+    robot: int = Field(ge=0)
+    name: Name
+    mode: Literal["policy", "human", "stopped", "e-stopped"]
+    holder: str | None = Field(None, max_length=150)
+    episode: int = Field(ge=0)
+    episode_step: int = Field(ge=0)
+    policy_action: list[float] = Field(max_length=MAX_ACTION_DIM)
+    last_success: bool | None = None
+    state: dict[str, list[float]] = Field(default_factory=dict, max_length=16)
+
+
+class Frame(_Strict):
+    robot: int = Field(ge=0)
+    camera: Name
+    jpeg: str = Field(max_length=MAX_FRAME_CHARS)  # base64
+    width: int = Field(ge=1, le=4096)
+    height: int = Field(ge=1, le=4096)
+
+
+class Reply(_Strict):
+    operator: str = Field("", max_length=150)  # whose command (each console shows its own)
+    id: CommandId | None = None
+    op: str = Field(max_length=20)
+    ok: bool
+    error: str = Field("", max_length=500)
+
+
+class Applied(_Strict):
+    id: CommandId
+    at: float  # the trainer's time.time() when the env stepped with the command
+
+
+class Console(_Strict):
+    type: Literal["console"] = "console"
+    time: float
+    task: str = Field("", max_length=300)
+    control_hz: float | None = None
+    robots: list[RobotState] = Field(default_factory=list, max_length=MAX_ROBOTS)
+    frames: list[Frame] = Field(default_factory=list, max_length=8)
+    replies: list[Reply] = Field(default_factory=list, max_length=64)
+    applied: list[Applied] = Field(default_factory=list, max_length=256)
+
+
+class InvalidConsoleMessage(ValueError):
+    pass
+
+
+def parse_teleop(data: Any) -> Teleop:
+    return _parse(Teleop, data)
+
+
+def parse_console(data: Any) -> Console:
+    return _parse(Console, data)
+
+
+def _parse(model: type[BaseModel], data: Any) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise InvalidConsoleMessage(
+            "; ".join(
+                f"{'.'.join(map(str, issue['loc'])) or 'message'}: {issue['msg']}"
+                for issue in error.errors(include_url=False)[:5]
+            )
+        ) from None

@@ -1,0 +1,218 @@
+"""The trainer's end of the operator console: operators' commands from the run's link
+go to the run's `TeleopSource` (which keeps every safety rule), and the robots' state,
+camera frames, replies and applied commands go back as live `console` messages several
+times a second. Each takeover that ends is sent as a stored `takeover` event, for the
+audit (trainer.link.console_messages has both message kinds).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from PIL import Image
+
+from trainer.envs.teleop import TeleopRefused, TeleopSource
+from trainer.link.console_messages import (
+    Applied,
+    Console,
+    Frame,
+    InvalidConsoleMessage,
+    Reply,
+    RobotState,
+    Teleop,
+    parse_teleop,
+)
+from trainer.link.environment import Link
+from trainer.robots.driver import RobotDriver
+
+log = logging.getLogger(__name__)
+
+FRAMES_PER_S = 15.0
+WATCH_S = 3.0  # a console asks for a robot's frames again within this (op "watch")
+MAX_FRAMES = 4  # frames per message
+JPEG_QUALITY = 80
+# Replies that change what the console shows are sent at once, not at the next tick.
+PUBLISH_AT_ONCE = {"take_over", "release", "estop", "clear_stop", "mark", "link_lost"}
+
+
+class ConsoleBridge:
+    def __init__(
+        self,
+        link: Link,
+        source: TeleopSource,
+        robots: Sequence[RobotDriver],
+        task_name: Callable[[], str] = str,
+        frames_per_s: float = FRAMES_PER_S,
+    ) -> None:
+        if len(robots) != source.num_envs:
+            raise ValueError(f"{len(robots)} robots for {source.num_envs} env copies")
+        self.link, self.source, self.robots = link, source, list(robots)
+        self.task_name, self.period = task_name, 1.0 / frames_per_s
+        self._lock = threading.Lock()
+        self._publishing = threading.Lock()
+        self._replies: list[Reply] = []
+        self._applied: list[Applied] = []
+        self._watched: dict[int, float] = {}  # robot → watched until
+        self._audited = 0  # takeovers already sent as events
+        for robot in self.robots:
+            robot.connect()
+        source.on_applied = self._on_applied
+        link.on_command(self.handle)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="console-bridge", daemon=True)
+        self._thread.start()
+
+    # ----- commands (the link's thread) -------------------------------------------------
+    def handle(self, data: dict[str, Any]) -> None:
+        try:
+            message = parse_teleop(data)
+        except InvalidConsoleMessage as error:
+            operator, op = str(data.get("operator", ""))[:150], str(data.get("op"))[:20]
+            self._reply(Reply(operator=operator, op=op, ok=False, error=str(error)[:500]))
+            return
+        try:
+            self._carry_out(message)
+        except TeleopRefused as refused:
+            self._reply(Reply(operator=message.operator, id=message.id, op=message.op, ok=False,
+                              error=str(refused)[:500]))  # fmt: skip
+        else:
+            if message.op not in ("command", "heartbeat", "watch"):
+                self._reply(Reply(operator=message.operator, id=message.id, op=message.op,
+                                  ok=True))  # fmt: skip
+        if message.op in PUBLISH_AT_ONCE:
+            self.publish()
+
+    def _carry_out(self, message: Teleop) -> None:
+        op, operator = message.op, message.operator
+        if op == "link_lost":
+            self.source.link_lost(operator)
+            return
+        if message.robot is None:
+            raise TeleopRefused(f"{op} needs a robot")
+        robot = message.robot
+        if robot >= len(self.robots):
+            raise TeleopRefused(f"there is no robot {robot}: robots are 0..{len(self.robots) - 1}")
+        if op in ("take_over", "watch"):
+            with self._lock:
+                self._watched[robot] = time.monotonic() + WATCH_S
+        if op == "take_over":
+            self.source.take_over(robot, operator)
+        elif op == "release":
+            self.source.release(robot, operator)
+        elif op == "heartbeat":
+            self.source.heartbeat(robot, operator)
+        elif op == "command":
+            if message.action is None:
+                raise TeleopRefused("a command needs an action")
+            self.source.command(robot, operator, message.action, message.sent_at, message.id)
+            self.robots[robot].send_action(message.action)
+        elif op == "estop":
+            self.source.estop(robot, operator)
+            self.robots[robot].stop()
+        elif op == "clear_stop":
+            self.source.clear_stop(robot, operator)
+        elif op == "mark":
+            if message.success is None:
+                raise TeleopRefused("a mark needs success: true or false")
+            self.source.mark(robot, operator, message.success)
+
+    def _reply(self, reply: Reply) -> None:
+        with self._lock:
+            self._replies.append(reply)
+
+    def _on_applied(self, command_id: str, at: float) -> None:
+        with self._lock:
+            self._applied.append(Applied(id=command_id, at=at))
+
+    # ----- state out (the bridge's thread) ----------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.publish()
+            except Exception:  # the console must never stop training
+                log.exception("console: could not publish the robots' state")
+
+    def publish(self) -> None:
+        with self._publishing:  # from the link's thread and this one
+            self._publish()
+
+    def _publish(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            replies, self._replies = self._replies[-64:], []
+            applied, self._applied = self._applied[-256:], []
+            watched = [robot for robot, until in self._watched.items() if until > now]
+        statuses = self.source.status()
+        held = [status.copy for status in statuses if status.mode != "policy"]
+        frames = []
+        for robot in list(dict.fromkeys(held + watched))[:MAX_FRAMES]:
+            frames += self._frames(robot)
+        robots = [
+            RobotState(
+                robot=status.copy,
+                name=self.robots[status.copy].name,
+                mode=status.mode,
+                holder=status.holder,
+                episode=status.episode,
+                episode_step=status.episode_step,
+                policy_action=status.policy_action,
+                last_success=status.last_success,
+                state=self.robots[status.copy].read_state(),
+            )  # fmt: skip
+            for status in statuses
+        ]
+        message = Console(
+            time=time.time(), task=self.task_name()[:300],
+            control_hz=self.source.settings.control_hz, robots=robots, frames=frames,
+            replies=replies, applied=applied,
+        )  # fmt: skip
+        self.link.live(message.model_dump(mode="json"))
+        self._audit()
+
+    def _frames(self, robot: int) -> list[Frame]:
+        frames = []
+        for camera, pixels in self.robots[robot].read_cameras().items():
+            buffer = io.BytesIO()
+            Image.fromarray(pixels).save(buffer, format="JPEG", quality=JPEG_QUALITY)
+            frames.append(
+                Frame(
+                    robot=robot,
+                    camera=camera,
+                    jpeg=base64.b64encode(buffer.getvalue()).decode(),
+                    width=pixels.shape[1],
+                    height=pixels.shape[0],
+                )  # fmt: skip
+            )
+        return frames
+
+    def _audit(self) -> None:
+        """Each takeover that ended since the last call, as a stored event."""
+        ended = self.source.takeovers[self._audited :]
+        self._audited += len(ended)
+        for takeover in ended:
+            self.link.event(
+                "takeover",
+                {
+                    "operator": takeover.operator, "robot": takeover.copy,
+                    "robot_name": self.robots[takeover.copy].name, "started": takeover.started,
+                    "ended": takeover.ended or time.time(), "steps": takeover.steps,
+                    "reason": takeover.reason or "",
+                },
+            )  # fmt: skip
+
+    def close(self) -> None:
+        """Stop publishing; takeovers still held are ended ("run ended") and audited."""
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.link.on_command(None)
+        self.source.end_all("run ended")
+        with self._publishing:
+            self._audit()
+        for robot in self.robots:
+            robot.close()

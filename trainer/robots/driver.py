@@ -1,0 +1,81 @@
+"""The robot-driver interface, and the simulated robot that implements it.
+
+A driver is what the rest of Armature knows of one robot: the operator console reads
+its state and cameras through it, and e-stops it through it, the same way for a
+simulated copy and for an arm. The shape is a Franka driver's (HIL-SERL's robot
+servers): connect once, read joint/effector state and camera frames, send one action
+per control step, stop (hold still, brakes on), close. A real arm's env (the
+`VectorEnv` a run steps) calls `send_action` in its `step` and builds observations
+from `read_state` and `read_cameras`; the simulated robot's env already owns its
+physics, so there the driver is a view of one env copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class RobotDriver(Protocol):
+    name: str
+
+    def connect(self) -> None:
+        """Open the connection (a Franka: its IP and camera serials from the inventory)."""
+        ...
+
+    def read_state(self) -> dict[str, list[float]]:
+        """Named state vectors, e.g. ``{"effector": [x, y, z], "gripper": [closed]}``."""
+        ...
+
+    def read_cameras(self) -> dict[str, np.ndarray]:
+        """The latest frame of each camera, ``[H, W, 3]`` uint8 RGB."""
+        ...
+
+    def send_action(self, action: Sequence[float]) -> None:
+        """One control step's action: 6-DoF end-effector delta and gripper, in [-1, 1]."""
+        ...
+
+    def stop(self) -> None:
+        """Hold still until the next action (e-stop, link loss with `stop`)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SimulatedRobot:
+    """One copy of a simulated env as a robot. Its state is the env's `copy_state` and
+    its camera the env's top-down `render`, where the env has them (the built-in env)."""
+
+    def __init__(self, env: object, copy: int, name: str, frame_size: int = 160) -> None:
+        self.env, self.copy, self.name, self.frame_size = env, copy, name, frame_size
+        self.last_action: list[float] = []
+        self.stopped = False
+
+    def connect(self) -> None:
+        """Nothing to open: the env is in this process."""
+
+    def read_state(self) -> dict[str, list[float]]:
+        copy_state = getattr(self.env, "copy_state", None)
+        state = copy_state(self.copy) if copy_state is not None else {}
+        if self.last_action:
+            state["action"] = self.last_action
+        return state
+
+    def read_cameras(self) -> dict[str, np.ndarray]:
+        render = getattr(self.env, "render", None)
+        if render is None:
+            return {}
+        return {"top": render(self.copy, self.frame_size).numpy()}
+
+    def send_action(self, action: Sequence[float]) -> None:
+        """Noted for `read_state`: the env applies its copies' actions in its own step."""
+        self.last_action = [round(float(v), 3) for v in action]
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def close(self) -> None:
+        """Nothing to release."""
