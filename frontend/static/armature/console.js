@@ -22,6 +22,7 @@
     c: "clear_stop", escape: "estop",
   };
   const GRIPPER_KEY = "g";
+  const HEARTBEAT_MS = 25;
   const STORE = "armature.console.keys";
 
   let keys = loadKeys();
@@ -142,9 +143,11 @@
     send({ op: "command", robot: selected, action: values, id });
   }
 
+  // Commands are the heartbeat too: sent at least every 25 ms (the robot's deadman is a
+  // few times that), and at the control rate when it is faster.
   function restartLoop() {
     if (loop) clearInterval(loop);
-    loop = setInterval(tick, 1000 / controlHz);
+    loop = setInterval(tick, Math.min(1000 / controlHz, HEARTBEAT_MS));
   }
 
   function showError(text) {

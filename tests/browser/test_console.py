@@ -1,0 +1,110 @@
+"""In Chromium: an operator opens the console of a running RLPD run on the built-in env,
+takes a simulated robot over, drives it with the keys and releases it; the audit lists
+the takeover, the learner's demo buffer holds exactly the intervened transitions, and
+the run page's intervention-rate chart draws them."""
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from playwright.sync_api import expect
+
+from controlplane.experiments.services import create_experiment
+from controlplane.runs.launch import launch_run
+from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
+
+ITERATIONS = 12
+
+
+@pytest.fixture
+def running(browser, stack_factory, ray_head):
+    stack = stack_factory(RAY_ADDRESS=ray_head.url)
+    stack.start_worker()
+    stack.start_web()
+    config = (settings.BASE_DIR / "examples/builtin_rlpd_console.yaml").read_text()
+    experiment = create_experiment("console-demo", config)
+    user = get_user_model().objects.create_user("olga", password="pw-for-tests")
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    run, _ = launch_run(experiment, user=user, overrides=[f"runner.iterations={ITERATIONS}"])
+    page = browser.new_page()
+    page.goto(f"{stack.url}/login/?next=/runs/{run.pk}/")
+    page.get_by_label("Username").fill("olga")
+    page.get_by_label("Password").fill("pw-for-tests")
+    page.get_by_role("button", name="Log in").click()
+    page.stack = stack
+    yield page, run
+    page.close()
+
+
+def values(run: Run, key: str) -> list[float]:
+    points = MetricPoint.objects.filter(key__run=run, key__name=key).order_by("step")
+    return list(points.values_list("value", flat=True))
+
+
+def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(running):
+    page, run = running
+    page.get_by_role("link", name="Open console").click()
+    expect(page.get_by_role("heading", name=f"Console · run {run.pk}")).to_be_visible()
+    # The trainer's robots come online once the run is going.
+    expect(page.locator("#link-state")).to_have_text("live", timeout=180_000)
+    expect(page.get_by_role("tab")).to_have_count(4)
+    page.wait_for_function(
+        "() => Number(document.getElementById('camera').dataset.frames || 0) > 5"
+    )
+    expect(page.locator("#camera-note")).to_contain_text("top · 160×160")
+    expect(page.locator("#rtt")).not_to_have_text("—")
+
+    start_x = effector_x(page)
+    page.keyboard.press("t")
+    expect(page.locator("#mode")).to_have_text("human")
+    expect(page.locator("#holder")).to_have_text("olga")
+    page.keyboard.down("d")  # +x
+    expect(page.locator("#your-action")).to_contain_text("1.00 0.00 0.00")
+    page.wait_for_function(f"() => {effector_js()} > {start_x} + 0.2", timeout=10_000)
+    page.keyboard.up("d")
+    expect(page.locator("#applied-latency")).not_to_have_text("—")
+    page.keyboard.press("y")
+    expect(page.locator("#mode")).to_have_text("policy")
+
+    wait_until(lambda: Run.objects.get(pk=run.pk).is_final, 300, "the run's end", 0.5)
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED, run.exit_reason
+    (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")
+    assert takeover.data["operator"] == "olga" and takeover.data["reason"] == "released"
+    assert takeover.data["robot_name"] == "sim-0"
+
+    # Every intervened transition went into the demo buffer, and nothing else did.
+    intervened = values(run, "interventions/steps")
+    assert len(intervened) == ITERATIONS and sum(intervened) > 0
+    assert values(run, "buffers/demo")[-1] == sum(intervened)
+    assert sum(intervened) <= takeover.data["steps"]
+
+    page.goto(f"{page.stack.url}/console/audit/")
+    row = page.locator("#takeovers tbody tr").first
+    expect(row).to_contain_text("olga")
+    expect(row).to_contain_text("sim-0")
+    expect(row).to_contain_text("released")
+
+    page.goto(f"{page.stack.url}/runs/{run.pk}/")
+    rates = page.wait_for_function(
+        """(iterations) => {
+          const chart = window.armatureCharts && window.armatureCharts.interventions;
+          if (!chart || !chart.armature || chart.data[0].length !== iterations) return null;
+          return chart.data[chart.armature.lines[0].mean];
+        }""",
+        arg=ITERATIONS,
+        timeout=30_000,
+    ).json_value()
+    assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0
+
+
+def effector_js() -> str:
+    return "Number(document.getElementById('robot-state').textContent.split(' ')[1])"
+
+
+def effector_x(page) -> float:
+    page.wait_for_function(f"() => !Number.isNaN({effector_js()})")
+    return page.evaluate(effector_js())
