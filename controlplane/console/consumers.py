@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 
 from controlplane.access.doors import SEE, verdict
 from controlplane.access.sockets import CLOSE_NOT_FOUND, GuardedConsumer
+from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.runs.models import Run
 from trainer.link.console_messages import InvalidConsoleMessage, parse_teleop
@@ -78,10 +79,12 @@ class ConsoleConsumer(GuardedConsumer):
         teleop = parse_teleop(
             {**message, "type": "teleop", "operator": self.operator, "sent_at": time.time()}
         )
-        await self.channel_layer.group_send(
-            trainer_group(self.run_id),
-            {"type": "teleop.command", "message": teleop.model_dump(mode="json")},
-        )
+        event = {"type": "teleop.command", "message": teleop.model_dump(mode="json")}
+        here = local_links.of_run(self.run_id)
+        if not here:
+            await self.channel_layer.group_send(trainer_group(self.run_id), event)
+        for link in here:  # the run's link is in this process: no channel-layer hop
+            await link.teleop_command(event)
 
     async def console_state(self, event: dict) -> None:
         await self._send(event["message"])

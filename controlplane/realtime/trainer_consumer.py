@@ -25,6 +25,7 @@ from controlplane.access.sockets import (
     bearer_token,
 )
 from controlplane.console import live
+from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.realtime.publish import publish_async
 from controlplane.runs import telemetry
@@ -88,12 +89,14 @@ class TrainerConsumer(GuardedConsumer):
         self.remembered_at = 0.0
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        local_links.add(self.run_id, self)
         # The run may have ended between the access check and joining the group.
         if await database_sync_to_async(telemetry.run_is_final)(self.run_id):
             await self.close(code=CLOSE_RUN_FINISHED)
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
+            local_links.discard(self.run_id, self)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def link_close(self, event: dict) -> None:
