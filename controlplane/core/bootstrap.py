@@ -19,6 +19,7 @@ from controlplane.inventory.services import import_cluster_yaml
 EXAMPLES_DIR = settings.BASE_DIR / "examples"
 DEMO_CLUSTER_FILE = EXAMPLES_DIR / "clusters" / "one_machine.yaml"
 DEMO_EXPERIMENT_FILE = EXAMPLES_DIR / "builtin_ppo.yaml"
+CONSOLE_DEMO_FILE = EXAMPLES_DIR / "builtin_rlpd_console.yaml"
 ADMIN_USERNAME = "admin"
 PASSWORD_FILE_NAME = "admin_password"
 
@@ -89,8 +90,9 @@ def reset_admin_password(username: str = ADMIN_USERNAME) -> AdminAccount:
 
 @transaction.atomic
 def seed_demo(owner=None) -> tuple[Cluster, Experiment]:
-    """The demo cluster (this machine) and a demo experiment on the built-in env.
-    Idempotent: existing objects of the same names are left as they are."""
+    """The demo cluster (this machine) and a demo experiment on the built-in env (and a
+    second one whose robots operators take over in the Console). Idempotent: existing
+    objects of the same names are left as they are."""
     cluster = Cluster.objects.filter(name="one-machine").first() or import_cluster_yaml(
         "one-machine",
         DEMO_CLUSTER_FILE.read_text(),
@@ -103,4 +105,13 @@ def seed_demo(owner=None) -> tuple[Cluster, Experiment]:
         tags=["demo", "builtin", "ppo"],
         author=owner,
     )
+    if not Experiment.objects.filter(name="demo-console").exists():
+        create_experiment(
+            "demo-console",
+            CONSOLE_DEMO_FILE.read_text(),
+            description="RLPD on the built-in env; take its simulated robots over in the "
+            "Console while it runs.",
+            tags=["demo", "builtin", "rlpd", "console"],
+            author=owner,
+        )
     return cluster, experiment
