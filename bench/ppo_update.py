@@ -112,6 +112,7 @@ def ours_batch(algorithm: PPO, data: dict[str, torch.Tensor]) -> Trajectories:
                     timeout=torch.zeros(envs, dtype=torch.bool),
                     success=torch.zeros(envs, dtype=torch.bool),
                     executed_actions=ones,
+                    intervened=torch.zeros(envs, dtype=torch.bool),
                 )
             )
     return algorithm.attach_values(storage.finish(0, torch.arange(envs), torch.arange(envs), ones))

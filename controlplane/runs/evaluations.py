@@ -25,7 +25,7 @@ FIELDS = ("checkpoint", "suite", "tasks", "states")
 @dataclass(frozen=True)
 class EvalRequest:
     """What to evaluate; None everywhere means the latest checkpoint, the run's suite and
-    tasks, and every init state of each task."""
+    tasks, and every init state of each task (a suite named here: all its tasks)."""
 
     checkpoint: int | None = None
     suite: str | None = None
@@ -102,7 +102,7 @@ def check_request(source: Run, request: EvalRequest) -> tuple[int, dict, int | N
     if problems:
         raise EvaluationRefused(problems)
     options = {"suite": request.suite, "tasks": request.tasks, "states": request.states}
-    own_tasks = config.env.task_ids
+    own_tasks = None if request.suite else config.env.task_ids  # a named suite: all of it
     task_count = len(tasks) if tasks else len(own_tasks) if own_tasks else count
     return iteration, options, task_count
 

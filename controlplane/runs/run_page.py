@@ -120,6 +120,16 @@ def algorithm_name(run: Run) -> str:
         return "ppo"
 
 
+def intervention_source(run: Run) -> str:
+    """The run's `env.interventions.source` (an on-policy run with one charts its
+    intervention rate too); none when the config does not say."""
+    try:
+        config = yaml.safe_load(run.config_yaml) or {}
+        return str(((config.get("env") or {}).get("interventions") or {}).get("source") or "none")
+    except (yaml.YAMLError, AttributeError):
+        return "none"
+
+
 def chart_context(run: Run) -> dict[str, Any]:
     """What the page's charts script needs to start, as JSON for `json_script`."""
     return {
@@ -127,6 +137,7 @@ def chart_context(run: Run) -> dict[str, Any]:
         "label": run_label(run),
         "horizons": planning_horizons(run),
         "algorithm": algorithm_name(run),
+        "interventions": intervention_source(run),
         "state": run.state,
         "active": run.is_active,
         "started_at": run.started_at.isoformat() if run.started_at else None,

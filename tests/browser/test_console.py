@@ -30,6 +30,8 @@ def running(browser, stack_factory, ray_head):
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
     run, _ = launch_run(experiment, user=user, overrides=[f"runner.iterations={ITERATIONS}"])
     page = browser.new_page()
+    # No gamepad is plugged in here: the page reads whatever the Gamepad API lists.
+    page.add_init_script("window.testPads = []; navigator.getGamepads = () => window.testPads;")
     page.goto(f"{stack.url}/login/?next=/runs/{run.pk}/")
     page.get_by_label("Username").fill("olga")
     page.get_by_label("Password").fill("pw-for-tests")
@@ -66,6 +68,13 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     page.wait_for_function(f"() => {effector_js()} > {start_x} + 0.2", timeout=10_000)
     page.keyboard.up("d")
     expect(page.locator("#applied-latency")).not_to_have_text("—")
+    page.evaluate(
+        """window.testPads = [{id: "Test pad", connected: true, axes: [0, -1, 0, 0],
+                               buttons: [{pressed: false}]}]"""
+    )  # the left stick pushed forward: +y
+    expect(page.locator("#gamepad")).to_have_text("gamepad: Test pad")
+    expect(page.locator("#your-action")).to_contain_text("0.00 1.00 0.00")
+    page.evaluate("window.testPads = []")
     page.keyboard.press("y")
     expect(page.locator("#mode")).to_have_text("policy")
 

@@ -11,6 +11,9 @@ Metric names are stable (the control plane charts them and CI gates on them):
   iterations sums them, never averages rates): ``counts/episodes``,
   ``counts/successes``, and the same under ``counts/h{H}/``, ``counts/task{T}/`` and
   ``counts/task{T}/h{H}/`` (e.g. ``counts/task3/h5/successes``)
+- with an operator (``env.interventions``): ``interventions/steps`` (decisions a human
+  chose), ``interventions/episodes`` and ``interventions/rate`` (their share of the
+  decisions)
 
 Log-only numbers live in these dicts only; they never enter the training batch.
 """
@@ -33,6 +36,10 @@ def episode_counts(trajectories: Trajectories) -> Counter[str]:
     counts["successes"] += float(success.sum())
     counts["return_sum"] += float(trajectories.episode_return.sum())
     counts["length_sum"] += float(trajectories.episode_length.sum())
+    intervened = trajectories.intervened & trajectories.valid
+    counts["intervened_steps"] += float(intervened.sum())
+    counts["intervened_episodes"] += float(intervened.any(0).sum())
+    counts["decisions"] += float(trajectories.valid.sum())
     for key, labels in (("task", trajectories.task_id), ("plan_h", trajectories.horizon)):
         for label in labels.unique().tolist():
             chosen = labels == label
@@ -64,6 +71,10 @@ def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
         "rollout/episode_length": counts["length_sum"] / episodes,
         "rollout/episodes": episodes,
     }
+    if counts["intervened_steps"]:  # runs with an operator (env.interventions)
+        metrics["interventions/episodes"] = counts["intervened_episodes"]
+        metrics["interventions/steps"] = counts["intervened_steps"]
+        metrics["interventions/rate"] = counts["intervened_steps"] / max(counts["decisions"], 1)
     metrics.update(count_metrics(counts))
     for key, total in sorted(counts.items()):
         if not key.endswith("_total_count") or not total or "/" in key:

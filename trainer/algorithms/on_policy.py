@@ -187,6 +187,9 @@ class OnPolicyAlgorithm(ABC):
                 timeout=timeouts,
                 success=step.success,
                 executed_actions=step.executed_actions,
+                intervened=(
+                    step.intervened if step.intervened is not None else torch.zeros_like(step.done)
+                ),
             )
         )
         self._pending = None
@@ -279,8 +282,11 @@ class OnPolicyAlgorithm(ABC):
         return metrics
 
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
+        """One gradient step. The policy-gradient terms (surrogate, entropy, KL, clip
+        fraction) weigh each row by `policy_weight`, which leaves out the rows a human
+        chose; the value loss takes every row of the batch (`weight`)."""
         s = self.settings
-        weight = mb["weight"]
+        weight, policy_weight = mb["weight"], mb["policy_weight"]
         total = weight.sum()
         log_prob, entropy = self.policy.chunk_log_prob(
             mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
@@ -288,11 +294,13 @@ class OnPolicyAlgorithm(ABC):
         log_ratio = log_prob - mb["log_prob"]
         ratio = log_ratio.exp()
         with torch.no_grad():
-            kl_sum = (((ratio - 1) - log_ratio) * weight).sum()
-            clipped_sum = (((ratio - 1).abs() > s.clip_ratio).float() * weight).sum()
+            kl_sum = (((ratio - 1) - log_ratio) * policy_weight).sum()
+            clipped_sum = (((ratio - 1).abs() > s.clip_ratio).float() * policy_weight).sum()
             # The early stop is one decision for all ranks, on the KL over all rows.
-            kl_sum, all_weight = self.collective.sum_tensor(torch.stack([kl_sum, total.detach()]))
-            approx_kl = float(kl_sum / all_weight.clamp(min=1e-8))
+            kl_sum, policy_rows, all_weight = self.collective.sum_tensor(
+                torch.stack([kl_sum, policy_weight.sum(), total.detach()])
+            )
+            approx_kl = float(kl_sum / policy_rows.clamp(min=1e-8))
         if all_weight <= 0:
             return {}
         if s.target_kl is not None and approx_kl > s.target_kl:
@@ -303,15 +311,15 @@ class OnPolicyAlgorithm(ABC):
                 -advantage * ratio,
                 -advantage * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio),
             ),
-            weight,
+            policy_weight,
         )
-        entropy_mean = _weighted_mean(entropy, weight)
+        entropy_mean = _weighted_mean(entropy, policy_weight)
         loss = policy_loss - s.entropy_coef * entropy_mean
         stats = {
             "losses/policy_loss": policy_loss.item(),
             "losses/entropy": entropy_mean.item(),
             "losses/approx_kl": approx_kl,
-            "losses/clip_fraction": float(clipped_sum / total.clamp(min=1e-8)),
+            "losses/clip_fraction": float(clipped_sum / policy_weight.sum().clamp(min=1e-8)),
         }
         if self.critic is not None:
             value_loss = self._value_loss(mb)

@@ -289,21 +289,34 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
 
 
 def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
-    """Interventions feed RLPD's buffers; the console's robots are the env copies of the
-    learner's process, where the run's link is."""
+    """Interventions act one step at a time, on the env copies of the process that has
+    the run's link (the console's commands arrive by it)."""
     source = config.env.interventions.source
     where = "env.interventions.source"
     if source == "none":
         return []
+    components = plan.components if plan is not None else {}
     if config.algorithm.name != "rlpd":
-        return [
-            ConfigProblem(
-                where,
-                f"interventions ({source}) go into RLPD's buffers; {config.algorithm.name} "
-                "runs take none (set algorithm.name: rlpd or source: none)",
-            )
-        ]
-    if source == "console" and plan is not None and plan.components.get("env"):
+        if config.actor.model.num_action_chunks != 1:
+            return [
+                ConfigProblem(
+                    where,
+                    f"an operator acts one step at a time: interventions in "
+                    f"{config.algorithm.name} runs need actor.model.num_action_chunks: 1",
+                )
+            ]
+        if any(components.get(name) for name in ("env", "rollout")) or (
+            len(components.get("actor", ())) > 1
+        ):
+            return [
+                ConfigProblem(
+                    where,
+                    f"interventions in {config.algorithm.name} runs take one process: the "
+                    "actor stepping its own env copies (no env or rollout processes, one "
+                    "actor rank)",
+                )
+            ]
+    if source == "console" and components.get("env"):
         return [
             ConfigProblem(
                 where,

@@ -28,6 +28,7 @@ STEP_FIELDS = (
     "timeout",
     "success",
     "executed_actions",
+    "intervened",
     "valid",
     "advantage",
     "returns",
@@ -55,6 +56,7 @@ TRAINING_KEYS = (
     "advantage",
     "returns",
     "weight",
+    "policy_weight",
 )
 
 
@@ -77,6 +79,9 @@ class Transition:
     timeout: torch.Tensor
     success: torch.Tensor
     executed_actions: torch.Tensor
+    # A human (an action source) chose the env's action: the policy's own draw was not
+    # executed, so the row stays out of the policy-gradient loss (`policy_weight`).
+    intervened: torch.Tensor
 
 
 @dataclass
@@ -96,6 +101,7 @@ class Trajectories:
     timeout: torch.Tensor
     success: torch.Tensor
     executed_actions: torch.Tensor
+    intervened: torch.Tensor
     valid: torch.Tensor
     advantage: torch.Tensor
     returns: torch.Tensor
@@ -130,11 +136,17 @@ class Trajectories:
         return (self.valid.long().sum(0) - 1).clamp(min=0)
 
     def training_samples(self) -> dict[str, torch.Tensor]:
-        """Valid rows flattened to ``[N, ...]``, with the loss weight of each row."""
+        """Valid rows flattened to ``[N, ...]``, with the loss weight of each row, and its
+        weight in the policy-gradient terms (0 where a human chose the action)."""
         valid = self.valid
         weight = (self.loss_mask[None, :].expand_as(valid)).to(torch.float32)
-        columns = {name: getattr(self, name)[valid] for name in TRAINING_KEYS if name != "weight"}
+        columns = {
+            name: getattr(self, name)[valid]
+            for name in TRAINING_KEYS
+            if name not in ("weight", "policy_weight")
+        }
         columns["weight"] = weight[valid]
+        columns["policy_weight"] = (weight * ~self.intervened)[valid]
         return columns
 
 
@@ -227,6 +239,7 @@ class RolloutStorage:
         stacked["success"] = stacked["success"] & valid
         stacked["timeout"] = stacked["timeout"] & valid
         stacked["executed_actions"] = stacked["executed_actions"] * valid
+        stacked["intervened"] = stacked["intervened"] & valid
         batch = self.num_envs
         return Trajectories(
             **stacked,

@@ -61,6 +61,8 @@ class InterventionEnv(VectorEnv):
     def step(self, actions: torch.Tensor) -> EnvStep:
         if self.obs is None:
             raise RuntimeError("reset the env before stepping it")
+        if actions.dim() == 3 and actions.shape[1] == 1:  # a chunk of one action
+            actions = actions[:, 0]
         if actions.dim() != 2:
             raise ValueError(
                 f"interventions take one action per step: actions must have shape "

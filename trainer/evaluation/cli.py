@@ -42,7 +42,11 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("checkpoint", help="checkpoint file, run folder or checkpoints folder")
     parser.add_argument("--suite", help="LIBERO suite to evaluate on (default: the run's)")
-    parser.add_argument("--tasks", help="comma-separated task ids (default: every task)")
+    parser.add_argument(
+        "--tasks",
+        help="comma-separated task ids (default: every task of --suite; without --suite, "
+        "the run's tasks)",
+    )
     parser.add_argument("--states", type=int, help="init states per task (default: all)")
     parser.add_argument("--num-envs", type=int, help="episodes at once (default: the run's)")
     parser.add_argument("--env-workers", type=int, help="env worker processes (default: the run's)")
@@ -138,7 +142,9 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
         return _refused(error, reporter)
     policy, env, task_ids, horizons, chunk = evaluated
     try:
-        tasks = asked if asked is not None else task_ids
+        # A named suite is evaluated whole (the protocol); else the run's own tasks.
+        every = list(range(env.num_tasks))
+        tasks = asked if asked is not None else every if args.suite else task_ids
         unknown = [task for task in tasks if task >= env.num_tasks]
         if unknown:
             problem = ConfigProblem(

@@ -14,9 +14,11 @@ from trainer.config.schema import ExperimentConfig
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
+from trainer.link.environment import Link
 from trainer.models.critic import ValueCritic
 from trainer.models.encoders import build_encoder
 from trainer.models.policy import GaussianChunkPolicy
+from trainer.runner.interventions import with_interventions
 
 
 @dataclass
@@ -112,10 +114,14 @@ def build_policy(
 
 
 def build_components(
-    config: ExperimentConfig, generator: torch.Generator, env: VectorEnv | None = None
+    config: ExperimentConfig,
+    generator: torch.Generator,
+    env: VectorEnv | None = None,
+    link: Link | None = None,
 ) -> Components:
-    """The run's env (unless given one, e.g. placed env workers), policy, critic and
-    algorithm."""
+    """The run's env (unless given one, e.g. placed env workers; wrapped for the
+    configured interventions, whose console takes commands over `link`), policy, critic
+    and algorithm."""
     model = config.actor.model
     algorithm_config = config.algorithm
     if env is None:
@@ -130,6 +136,7 @@ def build_components(
             raise ConfigError.single("env.name", str(error)) from None
         except ValueError as error:
             raise ConfigError.single("env", str(error)) from None
+        env = with_interventions(env, config, link)
     problems = _env_problems(config, env)
     if problems:
         raise ConfigError(problems)

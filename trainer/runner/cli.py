@@ -112,7 +112,7 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         else:
             runner = OnPolicyRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
-                on_recovery=reporter.recovered,
+                on_recovery=reporter.recovered, link=link,
             )  # fmt: skip
         try:
             with StopRequest() as stop:

@@ -31,6 +31,7 @@ from trainer.data.samplers import (
 )
 from trainer.envs.subproc_vector_env import EnvWorkerError
 from trainer.envs.vector_env import VectorEnv
+from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
 from trainer.runner.build import build_components
 from trainer.runner.checkpoints import (
@@ -40,6 +41,7 @@ from trainer.runner.checkpoints import (
     save_checkpoint,
 )
 from trainer.runner.collection import CollectedBatch, collect_exact_batch, run_round
+from trainer.runner.interventions import close_env
 from trainer.runner.metrics_log import JsonlMetricsLog
 from trainer.runner.progress import ProgressBar
 from trainer.runner.tensorboard_log import TensorBoardLog
@@ -66,8 +68,10 @@ class OnPolicyRunner:
         on_checkpoint: CheckpointCallback | None = None,
         on_recovery: RecoveryCallback | None = None,
         env: VectorEnv | None = None,
+        link: Link | None = None,
     ) -> None:
-        """`env`: the rank's env when it is not built here (placed env workers)."""
+        """`env`: the rank's env when it is not built here (placed env workers).
+        `link`: the run's link, which the operator console's commands arrive by."""
         self.config = config
         self.output_dir = Path(output_dir) if output_dir else run_folder(config)
         self.collective = collective or Collective()
@@ -80,7 +84,7 @@ class OnPolicyRunner:
         # Seeding before building makes the initial weights part of the seeded run.
         torch.manual_seed(config.runner.seed + rank)
         self.minibatch_generator = torch.Generator().manual_seed(config.runner.seed + rank)
-        components = build_components(config, self.minibatch_generator, env)
+        components = build_components(config, self.minibatch_generator, env, link)
         self.env = components.env
         self.algorithm = components.algorithm
         self.algorithm.collective = self.collective
@@ -258,8 +262,8 @@ class OnPolicyRunner:
         return history
 
     def close(self) -> None:
-        """Stop env workers, if the env has any."""
-        self.env.close()
+        """Stop env workers, if the env has any, and the console, if it has one."""
+        close_env(self.env)
 
     # ----- checkpoints -------------------------------------------------------------
     def rank_state(self) -> dict[str, Any]:

@@ -29,18 +29,15 @@ from trainer.algorithms.metrics import rates_from_counts
 from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
 from trainer.config.errors import ConfigError
 from trainer.config.loading import dump_config
-from trainer.config.schema import ExperimentConfig, InterventionConfig
+from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
-from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
+from trainer.envs.intervention import InterventionEnv
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
-from trainer.envs.teleop import TeleopSettings, TeleopSource
 from trainer.envs.vector_env import VectorEnv
-from trainer.link.environment import Link, NullLink
-from trainer.robots.console_bridge import ConsoleBridge
-from trainer.robots.driver import SimulatedRobot
+from trainer.link.environment import Link
 from trainer.runner.build import env_options
 from trainer.runner.checkpoints import (
     checkpoint_path,
@@ -48,6 +45,7 @@ from trainer.runner.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
+from trainer.runner.interventions import close_env, with_interventions
 from trainer.runner.metrics_log import JsonlMetricsLog
 from trainer.runner.on_policy_runner import (
     CheckpointCallback,
@@ -90,34 +88,7 @@ def build_env(config: ExperimentConfig, link: Link | None = None) -> VectorEnv:
         raise ConfigError.single("env.name", str(error)) from None
     except ValueError as error:
         raise ConfigError.single("env", str(error)) from None
-    interventions = config.env.interventions
-    if interventions.source == "scripted":
-        if config.env.name != "builtin_reach":
-            env.close()
-            raise ConfigError.single(
-                "env.interventions.source", "the scripted operator drives the built-in env only"
-            )
-        operator = ScriptedReachOperator(
-            env.num_envs, share=interventions.share, max_steps=interventions.max_steps,
-            seed=config.runner.seed,
-        )  # fmt: skip
-        env = InterventionEnv(env, operator)
-    elif interventions.source == "console":
-        env = _console_env(env, interventions, link or NullLink())
-    return env
-
-
-def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> InterventionEnv:
-    source = TeleopSource(
-        env.num_envs, env.action_dim,
-        TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
-                       settings.control_hz),
-        clock=time.time,  # commands carry the web server's time.time()
-    )  # fmt: skip
-    robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
-    wrapped = InterventionEnv(env, source)
-    wrapped.console = ConsoleBridge(link, source, robots, lambda: wrapped.current_task_name)
-    return wrapped
+    return with_interventions(env, config, link)
 
 
 class RLPDRunner:
@@ -350,10 +321,7 @@ class RLPDRunner:
 
     def close(self) -> None:
         if self.env is not None:
-            console = getattr(self.env, "console", None)
-            if console is not None:
-                console.close()
-            self.env.close()
+            close_env(self.env)
 
     # ----- checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
     "losses/clip_fraction", "charts/SPS", "charts/iteration_seconds",
     "charts/learning_rate", "charts/env_steps",
+    ...(context.interventions !== "none" ? ["interventions/rate"] : []),
   ];
   const view = { xMode: "step", smoothing: 0 };
   let store = new RunSeries(context.run, PATTERNS, view.xMode);
@@ -57,6 +58,9 @@
       line("charts/SPS", "env steps/s", 5), line("charts/iteration_seconds", "iteration s", 7, { scale: "seconds" })] },
     { name: "learning_rate", title: "Learning rate", linesFor: () => [line("charts/learning_rate", "learning rate", 8)] },
   ];
+  const INTERVENTIONS = { name: "interventions", title: "Intervention rate", yRange: [0, 1], linesFor: () => [
+    line("interventions/rate", "intervened steps", 7)] };
+  if (context.interventions !== "none") SPECS.push(INTERVENTIONS); // left out of the policy loss
   // RLPD (off-policy): Q values, temperature, interventions and buffer fill instead of
   // the policy-gradient losses; no planning horizons.
   const OFF_POLICY_SPECS = [
@@ -69,8 +73,7 @@
       line("rlpd/critic_loss", "critic loss", 3), line("rlpd/actor_loss", "actor loss", 4, { scale: "value" })] },
     { name: "temperature", title: "Temperature and entropy", linesFor: () => [
       line("rlpd/temperature", "temperature", 5), line("rlpd/entropy", "entropy", 6, { scale: "value" })] },
-    { name: "interventions", title: "Intervention rate", yRange: [0, 1], linesFor: () => [
-      line("interventions/rate", "intervened steps", 7)] },
+    INTERVENTIONS,
     { name: "buffers", title: "Buffer fill", linesFor: () => [
       line("buffers/online", "online", 0), line("buffers/demo", "demo", 1, { scale: "value" })] },
     { name: "throughput", title: "Throughput", linesFor: () => [

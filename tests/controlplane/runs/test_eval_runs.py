@@ -213,6 +213,14 @@ def test_libero_runs_choose_a_suite_with_as_many_tasks(api):
     assert too_many.json() == {"tasks": ["libero has tasks 0..9; not 10"]}
 
 
+def test_a_named_suite_is_evaluated_whole_the_runs_own_suite_on_its_tasks(api):
+    source = finished_run("libero-two", LIBERO + "  task_ids: [0, 1]\n")
+    own = api.post(f"/api/v1/runs/{source.pk}/evaluate", {}, format="json")
+    assert own.json()["progress_total"] == 2  # the run's tasks
+    goal = api.post(f"/api/v1/runs/{source.pk}/evaluate", {"suite": "libero_goal"}, format="json")
+    assert goal.json()["progress_total"] == 10  # every task of the suite (the protocol)
+
+
 def test_only_operators_and_admins_may_evaluate_at_either_door(source):
     callers = {
         "anonymous": None,

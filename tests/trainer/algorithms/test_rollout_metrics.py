@@ -24,6 +24,7 @@ def _episodes(task, horizons, successes, lengths):
         timeout=step.bool(),
         success=step.bool(),
         executed_actions=step.long(),
+        intervened=torch.zeros_like(step, dtype=torch.bool),
         valid=step.bool(),
         advantage=step,
         returns=step,

@@ -46,6 +46,7 @@ def rows(algorithm: PPO, count: int, seed: int) -> dict[str, torch.Tensor]:
         "returns": torch.zeros(count),
         "advantage": torch.randn(count, generator=gen) + 1.0,
         "weight": torch.ones(count),
+        "policy_weight": torch.ones(count),
     }
     with torch.no_grad():
         samples["log_prob"], _ = algorithm.policy.chunk_log_prob(

@@ -1,0 +1,91 @@
+"""Interventions in on-policy runs (PPO, GRPO): the steps a human chose are flagged and
+left out of the policy-gradient loss, since the policy did not draw those actions; the
+value loss still learns from them."""
+
+import pytest
+import torch
+
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
+from trainer.envs.intervention import InterventionEnv
+from trainer.runner.on_policy_runner import OnPolicyRunner
+
+ONE_STEP = [
+    "actor.model.num_action_chunks=1",
+    "rollout.action_horizons_pattern=[1]",
+    "env.task_ids=[0]",
+    "env.num_parallel_envs=8",
+    "algorithm.data_batch_size=8",
+    "algorithm.update_epochs=1",
+    "algorithm.num_minibatches=1",
+    "algorithm.target_kl=null",
+    "runner.progress=false",
+    "runner.torch_threads=1",
+]
+
+
+def runner(tmp_path, *overrides: str, algorithm: str = "ppo") -> OnPolicyRunner:
+    config = load_config(
+        "examples/builtin_ppo.yaml",
+        [*ONE_STEP, f"algorithm.name={algorithm}", f"runner.output_dir={tmp_path}",
+         "runner.iterations=1", *overrides],
+    )  # fmt: skip
+    return OnPolicyRunner(config, output_dir=tmp_path)
+
+
+def parameters(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def test_a_human_chose_every_step_the_policy_is_left_alone_the_critic_learns(tmp_path):
+    run = runner(tmp_path, "env.interventions.source=scripted", "env.interventions.share=1.0")
+    try:
+        assert isinstance(run.env, InterventionEnv)
+        policy, critic = parameters(run.algorithm.policy), parameters(run.algorithm.critic)
+        (metrics,) = run.learn()
+    finally:
+        run.close()
+    assert metrics["interventions/rate"] == 1.0 and metrics["interventions/episodes"] == 8
+    assert metrics["rollout/success_rate"] == 1.0  # the operator steers to the goal
+    after = parameters(run.algorithm.policy)
+    assert all(torch.equal(a, b) for a, b in zip(policy, after, strict=True))
+    after = parameters(run.algorithm.critic)
+    assert not all(torch.equal(a, b) for a, b in zip(critic, after, strict=True))
+
+
+def test_rows_a_human_chose_weigh_nothing_in_the_policy_terms(tmp_path):
+    run = runner(tmp_path, "env.interventions.source=scripted", "env.interventions.share=0.5")
+    try:
+        batch = run._collect_with_retries(0).batch
+    finally:
+        run.close()
+    samples = batch.training_samples()
+    intervened = batch.intervened[batch.valid]
+    assert 0 < int(intervened.sum()) < int(batch.valid.sum())  # some episodes of each
+    assert samples["policy_weight"].tolist() == (~intervened).float().tolist()
+    assert bool(samples["weight"].eq(1).all())
+
+
+def test_without_interventions_every_row_counts_in_the_policy_terms(tmp_path):
+    run = runner(tmp_path, "algorithm.group_size=2", algorithm="grpo")
+    try:
+        batch = run._collect_with_retries(0).batch
+    finally:
+        run.close()
+    samples = batch.training_samples()
+    assert torch.equal(samples["policy_weight"], samples["weight"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "wanted"),
+    [
+        (["actor.model.num_action_chunks=5"], "need actor.model.num_action_chunks: 1"),
+        (["env.interventions.source=console", "actor.model.num_action_chunks=5"],
+         "need actor.model.num_action_chunks: 1"),
+    ],
+)  # fmt: skip
+def test_an_on_policy_run_with_interventions_needs_one_action_per_step(tmp_path, overrides, wanted):
+    with pytest.raises(ConfigError) as error:
+        load_config("examples/builtin_ppo.yaml", ["env.interventions.source=scripted", *overrides])
+    (problem,) = error.value.problems
+    assert problem.path == "env.interventions.source" and wanted in problem.message

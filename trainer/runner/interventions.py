@@ -1,0 +1,57 @@
+"""Who may take over a run's env copies (`env.interventions`), for every runner: the
+scripted test operator, or operators in the control plane's console (each copy a
+simulated robot, commands arriving over the run's link)."""
+
+from __future__ import annotations
+
+import time
+
+from trainer.config.errors import ConfigError
+from trainer.config.schema import ExperimentConfig, InterventionConfig
+from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
+from trainer.envs.teleop import TeleopSettings, TeleopSource
+from trainer.envs.vector_env import VectorEnv
+from trainer.link.environment import Link, NullLink
+from trainer.robots.console_bridge import ConsoleBridge
+from trainer.robots.driver import SimulatedRobot
+
+
+def with_interventions(env: VectorEnv, config: ExperimentConfig, link: Link | None) -> VectorEnv:
+    """`env` wrapped for the configured source; `env` itself without one. With the
+    console, the wrapper's `console` attribute is the bridge (`close_env` closes it)."""
+    interventions = config.env.interventions
+    if interventions.source == "scripted":
+        if config.env.name != "builtin_reach":
+            env.close()
+            raise ConfigError.single(
+                "env.interventions.source", "the scripted operator drives the built-in env only"
+            )
+        operator = ScriptedReachOperator(
+            env.num_envs, share=interventions.share, max_steps=interventions.max_steps,
+            seed=config.runner.seed,
+        )  # fmt: skip
+        return InterventionEnv(env, operator)
+    if interventions.source == "console":
+        return _console_env(env, interventions, link or NullLink())
+    return env
+
+
+def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> InterventionEnv:
+    source = TeleopSource(
+        env.num_envs, env.action_dim,
+        TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
+                       settings.control_hz),
+        clock=time.time,  # commands carry the web server's time.time()
+    )  # fmt: skip
+    robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
+    wrapped = InterventionEnv(env, source)
+    wrapped.console = ConsoleBridge(link, source, robots, lambda: wrapped.current_task_name)
+    return wrapped
+
+
+def close_env(env: VectorEnv) -> None:
+    """Close the console first (it ends takeovers under way and audits them)."""
+    console = getattr(env, "console", None)
+    if console is not None:
+        console.close()
+    env.close()
