@@ -145,10 +145,13 @@ class BuiltinReachEnv(VectorEnv):
         )
 
     def copy_state(self, copy: int) -> dict[str, list[float]]:
-        """One copy's effector position and gripper (1 closed), for the console."""
+        """One copy's effector position, gripper (1 closed) and the goal marker's
+        position, for the console."""
+        goal = self._markers[copy, self._task_id % NUM_MARKERS]
         return {
             "effector": [round(v, 3) for v in self._effector[copy].tolist()],
             "gripper": [float(self._gripper_closed[copy])],
+            "goal": [round(v, 3) for v in goal.tolist()],
         }
 
     def render(self, copy: int, size: int = 96) -> torch.Tensor:
