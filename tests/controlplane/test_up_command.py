@@ -73,9 +73,8 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
         assert (var_dir / "ray_auth_token").stat().st_mode & 0o777 == 0o600
 
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
-            assert db.execute("select name from experiments_experiment").fetchall() == [
-                ("demo-builtin-ppo",)
-            ]
+            names = db.execute("select name from experiments_experiment order by name")
+            assert names.fetchall() == [("demo-builtin-ppo",), ("demo-console",)]
             assert db.execute("select name from inventory_cluster").fetchall() == [("one-machine",)]
             assert db.execute(
                 "select is_superuser from auth_user where username='admin'"
