@@ -89,7 +89,6 @@ class _Copy:
     command_id: str | None = None  # the command to report as applied (see `on_applied`)
     episode: int = 0
     episode_step: int = 0
-    policy_action: list[float] = field(default_factory=list)
     last_success: bool | None = None
 
 
@@ -108,6 +107,7 @@ class TeleopSource:
         self._lock = threading.Lock()
         self.takeovers: list[Takeover] = []  # ended ones, oldest first
         self._last_act = 0.0
+        self._policy_actions: torch.Tensor | None = None  # the policy's last [N, dim]
 
     # ----- the operator's side ----------------------------------------------------------
     def take_over(self, copy: int, operator: str) -> None:
@@ -216,6 +216,8 @@ class TeleopSource:
 
     def status(self) -> list[CopyStatus]:
         with self._lock:
+            wanted = self._policy_actions
+            actions = wanted.round(decimals=3).tolist() if wanted is not None else None
             return [
                 CopyStatus(
                     index,
@@ -223,7 +225,7 @@ class TeleopSource:
                     s.holder or s.estopped_by,
                     s.episode,
                     s.episode_step,
-                    s.policy_action,
+                    actions[index] if actions is not None else [],
                     s.last_success,
                 )  # fmt: skip
                 for index, s in enumerate(self._copies)
@@ -265,8 +267,10 @@ class TeleopSource:
         """Note what the policy wanted and apply the operators' marks to the step."""
         with self._lock:
             marked = {i: s.outcome for i, s in enumerate(self._copies) if s.outcome is not None}
-            for index, state in enumerate(self._copies):
-                state.policy_action = [round(v, 3) for v in policy_actions[index].tolist()]
+            # Kept as the tensor: the console reads it a few times a second, the env
+            # steps far more often.
+            self._policy_actions = policy_actions.detach().clone()
+            for state in self._copies:
                 state.outcome = None
         if marked:
             step = _with_outcomes(step, marked)

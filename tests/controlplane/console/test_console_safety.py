@@ -74,7 +74,8 @@ class Robots:
 class Console:
     """A browser's console socket, with the messages it received."""
 
-    def __init__(self, url: str, run_id: int, cookie: str):
+    def __init__(self, url: str, run_id: int, cookie: str, operator: str):
+        self.operator = operator
         self.socket = connect(
             url.replace("http", "ws") + f"/ws/console/{run_id}/",
             additional_headers={"Cookie": cookie}, origin=url, open_timeout=10,
@@ -115,6 +116,10 @@ class Console:
         message = self.wait_for(test, f"the reply to {operator}'s {op}")
         return next(r for r in message["replies"] if r["op"] == op and r["operator"] == operator)
 
+    def take_over(self, robot: int) -> None:
+        self.send(op="take_over", robot=robot)
+        assert self.reply("take_over", self.operator)["ok"]
+
     def close(self) -> None:
         self.socket.close()
 
@@ -137,7 +142,9 @@ def scene(web):
 
     def make(settings: TeleopSettings | None = None) -> tuple[Robots, dict[str, Console]]:
         robots = Robots(web.url, run.pk, settings or TeleopSettings(deadman_s=0.15))
-        consoles = {name: Console(web.url, run.pk, cookie) for name, cookie in cookies.items()}
+        consoles = {
+            name: Console(web.url, run.pk, cookie, name) for name, cookie in cookies.items()
+        }
         made.extend([robots, *consoles.values()])
         for console in consoles.values():  # the trainer's state reaches every console
             console.wait_for(lambda m: m.get("type") == "console", "the robots' state")
@@ -208,8 +215,7 @@ def test_closing_the_operators_socket_releases_with_a_zero_action_within_200_ms(
     # A long deadman: only the closed socket may end this takeover, even on a busy machine.
     robots, consoles = make(TeleopSettings(deadman_s=2.0))
     olga = consoles["olga"]
-    olga.send(op="take_over", robot=0)
-    assert olga.reply("take_over", "olga")["ok"]
+    olga.take_over(0)
     stop = threading.Event()
     keep_driving(olga, stop)
     wait_until(lambda: any(bool(a[0].eq(torch.tensor(PUSH)).all()) for _, a, _ in robots.steps),
@@ -235,8 +241,7 @@ def test_missed_heartbeats_release_with_a_zero_action_within_200_ms(scene):
     _, make = scene
     robots, consoles = make()
     olga = consoles["olga"]
-    olga.send(op="take_over", robot=0)
-    assert olga.reply("take_over", "olga")["ok"]
+    olga.take_over(0)
     stop = threading.Event()
     keep_driving(olga, stop)
     wait_until(lambda: any(bool(i[0]) for _, _, i in robots.steps), 10, "the takeover", 0.01)
@@ -254,8 +259,7 @@ def test_a_command_older_than_its_window_is_never_applied(scene):
     _, make = scene
     robots, consoles = make(TeleopSettings(deadman_s=5.0, command_window_s=0.1))
     olga = consoles["olga"]
-    olga.send(op="take_over", robot=0)
-    assert olga.reply("take_over", "olga")["ok"]
+    olga.take_over(0)
     robots.paused.set()  # the env is busy: the command waits
     olga.send(op="command", robot=0, action=PUSH)
     sent = time.time()
@@ -290,8 +294,7 @@ def test_a_marked_success_ends_the_episode_and_the_takeover_is_audited(scene, cl
     run, make = scene
     robots, consoles = make()
     olga = consoles["olga"]
-    olga.send(op="take_over", robot=0)
-    assert olga.reply("take_over", "olga")["ok"]
+    olga.take_over(0)
     marked_at = time.time()
     olga.send(op="mark", robot=0, success=True)
     assert olga.reply("mark", "olga")["ok"]
