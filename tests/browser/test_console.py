@@ -13,6 +13,9 @@ from controlplane.experiments.services import create_experiment
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
 from tests.processes import wait_until
+from trainer.data.demos import record_demos, save_demos
+from trainer.envs.builtin_reach import BuiltinReachEnv
+from trainer.envs.intervention import ScriptedReachOperator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
 
@@ -20,7 +23,16 @@ ITERATIONS = 12
 
 
 @pytest.fixture
-def running(browser, stack_factory, ray_head):
+def demo_file(tmp_path):
+    """A few scripted demos. With them the learner updates from the first iteration, so
+    each iteration takes seconds: without, the first iterations have nothing to learn
+    from and the whole run can be over before the operator has driven."""
+    demos = record_demos(BuiltinReachEnv(4, seed=0), ScriptedReachOperator(4), task_ids=[0])
+    return save_demos(tmp_path / "demos.npz", demos), len(demos["reward"])
+
+
+@pytest.fixture
+def running(browser, stack_factory, ray_head, demo_file):
     stack = stack_factory(RAY_ADDRESS=ray_head.url)
     stack.start_worker()
     stack.start_web()
@@ -28,7 +40,8 @@ def running(browser, stack_factory, ray_head):
     experiment = create_experiment("console-demo", config)
     user = get_user_model().objects.create_user("olga", password="pw-for-tests")
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
-    run, _ = launch_run(experiment, user=user, overrides=[f"runner.iterations={ITERATIONS}"])
+    overrides = [f"runner.iterations={ITERATIONS}", f"algorithm.rlpd.demos={demo_file[0]}"]
+    run, _ = launch_run(experiment, user=user, overrides=overrides)
     page = browser.new_page()
     # No gamepad is plugged in here: the page reads whatever the Gamepad API lists.
     page.add_init_script("window.testPads = []; navigator.getGamepads = () => window.testPads;")
@@ -37,7 +50,7 @@ def running(browser, stack_factory, ray_head):
     page.get_by_label("Password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
     page.stack = stack
-    yield page, run
+    yield page, run, demo_file[1]
     page.close()
 
 
@@ -47,7 +60,7 @@ def values(run: Run, key: str) -> list[float]:
 
 
 def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(running):
-    page, run = running
+    page, run, demos = running
     page.get_by_role("link", name="Open console").click()
     expect(page.get_by_role("heading", name=f"Console · run {run.pk}")).to_be_visible()
     # The trainer's robots come online once the run is going.
@@ -59,14 +72,20 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(page.locator("#camera-note")).to_contain_text("top · 160×160")
     expect(page.locator("#rtt")).not_to_have_text("—")
 
-    start_x = effector_x(page)
     page.keyboard.press("t")
     expect(page.locator("#mode")).to_have_text("human")
     expect(page.locator("#holder")).to_have_text("olga")
-    page.keyboard.down("d")  # +x
-    expect(page.locator("#your-action")).to_contain_text("1.00 0.00 0.00")
-    page.wait_for_function(f"() => {effector_js()} > {start_x} + 0.2", timeout=10_000)
-    page.keyboard.up("d")
+    # Away from the goal along x: driving into it would end the episode, and the
+    # effector would be back at its start before the page showed it any farther.
+    state = robot_state(page)
+    sign = -1 if state["goal"][0] > state["effector"][0] else 1
+    key = "d" if sign > 0 else "a"
+    page.keyboard.down(key)
+    expect(page.locator("#your-action")).to_contain_text(f"{sign:.2f} 0.00 0.00")
+    page.wait_for_function(
+        f"() => {sign} * ({EFFECTOR_X} - {state['effector'][0]}) > 0.2", timeout=10_000
+    )
+    page.keyboard.up(key)
     expect(page.locator("#applied-latency")).not_to_have_text("—")
     page.evaluate(
         """window.testPads = [{id: "Test pad", connected: true, axes: [0, -1, 0, 0],
@@ -88,7 +107,7 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     # Every intervened transition went into the demo buffer, and nothing else did.
     intervened = values(run, "interventions/steps")
     assert len(intervened) == ITERATIONS and sum(intervened) > 0
-    assert values(run, "buffers/demo")[-1] == sum(intervened)
+    assert values(run, "buffers/demo")[-1] == demos + sum(intervened)
     assert sum(intervened) <= takeover.data["steps"]
 
     page.goto(f"{page.stack.url}/console/audit/")
@@ -110,10 +129,16 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0
 
 
-def effector_js() -> str:
-    return "Number(document.getElementById('robot-state').textContent.split(' ')[1])"
+EFFECTOR_X = "Number(document.getElementById('robot-state').textContent.split(' ')[1])"
 
 
-def effector_x(page) -> float:
-    page.wait_for_function(f"() => !Number.isNaN({effector_js()})")
-    return page.evaluate(effector_js())
+def robot_state(page) -> dict[str, list[float]]:
+    """The robot's state as the page shows it: "effector x y z · gripper g · goal x y z",
+    once the env has placed its goal (the markers are never at the origin)."""
+    page.wait_for_function(
+        f"""() => !Number.isNaN({EFFECTOR_X})
+                  && !document.getElementById('robot-state').textContent.includes('goal 0 0 0')"""
+    )
+    text = page.locator("#robot-state").text_content()
+    parts = (part.split() for part in text.split(" · "))
+    return {name: [float(v) for v in rest] for name, *rest in parts}
