@@ -13,9 +13,6 @@ from controlplane.experiments.services import create_experiment
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
 from tests.processes import wait_until
-from trainer.data.demos import record_demos, save_demos
-from trainer.envs.builtin_reach import BuiltinReachEnv
-from trainer.envs.intervention import ScriptedReachOperator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
 
@@ -23,16 +20,7 @@ ITERATIONS = 12
 
 
 @pytest.fixture
-def demo_file(tmp_path):
-    """A few scripted demos. With them the learner updates from the first iteration, so
-    each iteration takes seconds: without, the first iterations have nothing to learn
-    from and the whole run can be over before the operator has driven."""
-    demos = record_demos(BuiltinReachEnv(4, seed=0), ScriptedReachOperator(4), task_ids=[0])
-    return save_demos(tmp_path / "demos.npz", demos), len(demos["reward"])
-
-
-@pytest.fixture
-def running(browser, stack_factory, ray_head, demo_file):
+def running(browser, stack_factory, ray_head):
     stack = stack_factory(RAY_ADDRESS=ray_head.url)
     stack.start_worker()
     stack.start_web()
@@ -40,8 +28,9 @@ def running(browser, stack_factory, ray_head, demo_file):
     experiment = create_experiment("console-demo", config)
     user = get_user_model().objects.create_user("olga", password="pw-for-tests")
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
-    overrides = [f"runner.iterations={ITERATIONS}", f"algorithm.rlpd.demos={demo_file[0]}"]
-    run, _ = launch_run(experiment, user=user, overrides=overrides)
+    # Its robots step in real time (env.interventions.real_time): 4 s an iteration, so
+    # the run is still going when the operator drives.
+    run, _ = launch_run(experiment, user=user, overrides=[f"runner.iterations={ITERATIONS}"])
     page = browser.new_page()
     # No gamepad is plugged in here: the page reads whatever the Gamepad API lists.
     page.add_init_script("window.testPads = []; navigator.getGamepads = () => window.testPads;")
@@ -50,7 +39,7 @@ def running(browser, stack_factory, ray_head, demo_file):
     page.get_by_label("Password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
     page.stack = stack
-    yield page, run, demo_file[1]
+    yield page, run
     page.close()
 
 
@@ -60,7 +49,7 @@ def values(run: Run, key: str) -> list[float]:
 
 
 def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(running):
-    page, run, demos = running
+    page, run = running
     page.get_by_role("link", name="Open console").click()
     expect(page.get_by_role("heading", name=f"Console · run {run.pk}")).to_be_visible()
     # The trainer's robots come online once the run is going.
@@ -107,7 +96,7 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     # Every intervened transition went into the demo buffer, and nothing else did.
     intervened = values(run, "interventions/steps")
     assert len(intervened) == ITERATIONS and sum(intervened) > 0
-    assert values(run, "buffers/demo")[-1] == demos + sum(intervened)
+    assert values(run, "buffers/demo")[-1] == sum(intervened)
     assert sum(intervened) <= takeover.data["steps"]
 
     page.goto(f"{page.stack.url}/console/audit/")

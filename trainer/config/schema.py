@@ -53,6 +53,12 @@ class InterventionConfig(Section):
         le=1000,
         description="Console: env steps per second while an operator holds a robot.",
     )
+    real_time: bool = Field(
+        False,
+        description="Console: step at control_hz at all times, as a real arm does, not "
+        "only while a robot is held (simulated robots then move at a pace people can "
+        "watch and take over from).",
+    )
 
 
 class EnvConfig(Section):

@@ -14,8 +14,9 @@ one place, whichever transport delivers the operator's messages.
 - Every takeover is recorded (who, copy, start, end, steps, why it ended).
 - An operator may end a copy's episode as a success or a failure (`mark`): the env step
   after it says so (success is terminal with reward 1, failure a truncation).
-- While an operator holds a copy, steps are paced to `control_hz`, so the simulated
-  robot moves at a rate a person can steer (a real robot's env paces itself).
+- While an operator holds a copy (or always, with `real_time`), steps are paced to
+  `control_hz`, so the simulated robot moves at a rate a person can steer (a real
+  robot's env paces itself).
 
 Operator methods may be called from any thread (the link's receiving thread); `act`
 and `episode_ended` from the env's. Times are seconds of `clock` (monotonic by default):
@@ -48,6 +49,7 @@ class TeleopSettings:
     command_window_s: float = 0.1
     on_link_loss: Literal["release", "stop"] = "release"
     control_hz: float | None = None  # steps per second while a human holds a copy
+    real_time: bool = False  # at control_hz always, held or not (as a real arm)
 
 
 @dataclass
@@ -285,10 +287,11 @@ class TeleopSource:
         """A takeover spans episodes: the operator releases it."""
 
     def _pace(self) -> None:
-        """Hold the step to `control_hz` while a human holds a copy (outside the lock:
-        the operator's messages keep arriving meanwhile)."""
+        """Hold the step to `control_hz` while a human holds a copy, or always in real
+        time (outside the lock: the operator's messages keep arriving meanwhile)."""
         hz = self.settings.control_hz
-        if hz and any(state.mode == HUMAN for state in self._copies):
+        held = any(state.mode == HUMAN for state in self._copies)
+        if hz and (self.settings.real_time or held):
             wait = self._last_act + 1.0 / hz - time.monotonic()
             if wait > 0:
                 time.sleep(wait)

@@ -40,7 +40,7 @@ def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> In
     source = TeleopSource(
         env.num_envs, env.action_dim,
         TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
-                       settings.control_hz),
+                       settings.control_hz, settings.real_time),
         clock=time.time,  # commands carry the web server's time.time()
     )  # fmt: skip
     robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]

@@ -220,6 +220,25 @@ def test_steps_keep_to_the_control_rate_while_a_human_holds_a_copy():
     assert held >= 9 / 50.0  # 10 steps at 50 Hz take at least 9 periods
 
 
+@pytest.mark.parametrize("real_time", [False, True])
+def test_in_real_time_steps_keep_to_the_control_rate_with_no_one_holding(real_time, monkeypatch):
+    import time
+
+    waits = []
+    sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (waits.append(s), sleep(s)))
+    settings = TeleopSettings(control_hz=50.0, real_time=real_time)
+    source = TeleopSource(2, 7, settings, clock=time.monotonic)
+    env = InterventionEnv(BuiltinReachEnv(2, seed=0), source)
+    env.reset(0, env.init_states(0)[:2])
+    started = time.monotonic()
+    for _ in range(10):
+        step(env)
+    assert bool(waits) is real_time  # unpaced, no step ever waits
+    if real_time:
+        assert time.monotonic() - started >= 9 / 50.0  # at least 9 periods
+
+
 def test_the_first_step_that_applies_a_command_reports_it():
     env, source, clock = scene()
     applied = []
