@@ -3,6 +3,8 @@ takes a simulated robot over, drives it with the keys and releases it; the audit
 the takeover, the learner's demo buffer holds exactly the intervened transitions, and
 the run page's intervention-rate chart draws them."""
 
+import math
+
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -64,16 +66,15 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     page.keyboard.press("t")
     expect(page.locator("#mode")).to_have_text("human")
     expect(page.locator("#holder")).to_have_text("olga")
-    # Away from the goal along x: driving into it would end the episode, and the
-    # effector would be back at its start before the page showed it any farther.
-    state = robot_state(page)
-    sign = -1 if state["goal"][0] > state["effector"][0] else 1
-    key = "d" if sign > 0 else "a"
+    state = robot_state(page)  # held still: a zero action until a key is down
+    axis, sign = free_direction(state)
+    key = {(0, 1): "d", (0, -1): "a", (1, 1): "w", (1, -1): "s"}[axis, sign]
     page.keyboard.down(key)
-    expect(page.locator("#your-action")).to_contain_text(f"{sign:.2f} 0.00 0.00")
-    page.wait_for_function(
-        f"() => {sign} * ({EFFECTOR_X} - {state['effector'][0]}) > 0.2", timeout=10_000
-    )
+    wanted = ["0.00", "0.00", "0.00"]
+    wanted[axis] = f"{sign:.2f}"
+    expect(page.locator("#your-action")).to_contain_text(" ".join(wanted))
+    start = state["effector"][axis]
+    page.wait_for_function(f"() => {sign} * ({effector_js(axis)} - {start}) > 0.2", timeout=10_000)
     page.keyboard.up(key)
     expect(page.locator("#applied-latency")).not_to_have_text("—")
     page.evaluate(
@@ -118,16 +119,33 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0
 
 
-EFFECTOR_X = "Number(document.getElementById('robot-state').textContent.split(' ')[1])"
+def effector_js(axis: int) -> str:
+    """The effector's coordinate on the page: "effector x y z · gripper g · goal x y z"."""
+    return f"Number(document.getElementById('robot-state').textContent.split(' ')[{axis + 1}])"
 
 
 def robot_state(page) -> dict[str, list[float]]:
-    """The robot's state as the page shows it: "effector x y z · gripper g · goal x y z",
-    once the env has placed its goal (the markers are never at the origin)."""
+    """The robot's state as the page shows it, once the env has placed its goal (the
+    markers are never at the origin)."""
     page.wait_for_function(
-        f"""() => !Number.isNaN({EFFECTOR_X})
+        f"""() => !Number.isNaN({effector_js(0)})
                   && !document.getElementById('robot-state').textContent.includes('goal 0 0 0')"""
     )
     text = page.locator("#robot-state").text_content()
     parts = (part.split() for part in text.split(" · "))
     return {name: [float(v) for v in rest] for name, *rest in parts}
+
+
+def free_direction(state: dict[str, list[float]]) -> tuple[int, int]:
+    """An axis (x or y) and a sign to drive the held effector 0.2 along and see it get
+    there: with room before the workspace's wall at ±1, and not into the goal (reaching
+    it would end the episode and put the effector back at its start)."""
+    effector, goal = state["effector"], state["goal"]
+    for axis in (0, 1):
+        others = [i for i in range(3) if i != axis]
+        aside = math.dist([effector[i] for i in others], [goal[i] for i in others])
+        for sign in (1, -1):
+            away = sign * (goal[axis] - effector[axis]) < 0
+            if 1 - sign * effector[axis] > 0.4 and (away or aside > 0.3):
+                return axis, sign
+    raise AssertionError(f"no free direction from {state}")
