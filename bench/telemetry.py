@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -311,6 +312,17 @@ def latency_echo(base: str) -> float:
     return percentile(asyncio.run(all_sockets()), 99) * 1000
 
 
+def start_web(work: Path) -> tuple[subprocess.Popen, str]:
+    """The project's ASGI server (daphne) on a free port, with the bench's settings;
+    its process and base URL."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "ARMATURE_WEB_URL": base, "PYTHONPATH": str(ROOT)}
+    daphne = str(Path(sys.executable).parent / "daphne")
+    command = [daphne, "-b", "127.0.0.1", "-p", str(port), "bench.telemetry_asgi:application"]
+    return start(command, env, work / "web.log"), base
+
+
 def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
@@ -328,15 +340,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="armature-bench-telemetry-"))
     set_up(work / "var")
     user, cookie, experiment = bench_fixtures()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "ARMATURE_WEB_URL": base, "PYTHONPATH": str(ROOT)}
-    daphne = str(Path(sys.executable).parent / "daphne")
-    server = start(
-        [daphne, "-b", "127.0.0.1", "-p", str(port), "bench.telemetry_asgi:application"],
-        env,
-        work / "web.log",
-    )
+    server, base = start_web(work)
     ingest: list[float] = []
     copy: list[float] = []
     ours_p99: list[float] = []

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -44,9 +43,10 @@ from bench.telemetry import (  # noqa: E402
     percentile,
     report,
     set_up,
+    start_web,
     stream_runs,
 )
-from tests.processes import free_port, http_ok, start, stop, wait_until  # noqa: E402
+from tests.processes import http_ok, stop, wait_until  # noqa: E402
 
 COMMAND_HZ = 100
 STEP_HZ = 1000
@@ -181,14 +181,7 @@ def main() -> None:
     set_up(work / "var")
     user, cookie, experiment = bench_fixtures()
     cookie = f"sessionid={cookie}"
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "ARMATURE_WEB_URL": base, "PYTHONPATH": str(ROOT)}
-    daphne = str(Path(sys.executable).parent / "daphne")
-    server = start(
-        [daphne, "-b", "127.0.0.1", "-p", str(port), "bench.telemetry_asgi:application"],
-        env, work / "web.log",
-    )  # fmt: skip
+    server, base = start_web(work)
     context = multiprocessing.get_context("spawn")
     zeros, ready, stop_robot = context.Queue(), context.Event(), context.Event()
     robot = None

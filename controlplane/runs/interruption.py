@@ -26,10 +26,22 @@ class CannotResume(Exception):
     pass
 
 
+INTERRUPT_REQUESTED = "interrupt_requested"
+
+
 def interrupt_active_runs(reason: str, wait_s: float = 30.0) -> list[int]:
     """Stop the jobs of submitted and running runs, wait up to `wait_s` for Ray to
-    confirm, and mark those runs interrupted. Returns their ids."""
+    confirm, and mark those runs interrupted. Returns their ids.
+
+    The intent is stored before any job is stopped: reconciliation, still running
+    meanwhile, then takes a stopped job of these runs for an interruption, not a cancel.
+    The runs stay running until their jobs end, so the trainers' last reports (the
+    checkpoint they save on SIGTERM) are still accepted."""
     runs = list(Run.objects.filter(state__in=[RunState.SUBMITTING, RunState.RUNNING]))
+    for run in runs:
+        RunEvent.objects.create(
+            run=run, kind=INTERRUPT_REQUESTED, message=reason, data={"attempt": run.attempt}
+        )
     for run in runs:
         try:
             ray_jobs.stop(run.submission_id)
@@ -39,6 +51,16 @@ def interrupt_active_runs(reason: str, wait_s: float = 30.0) -> list[int]:
     for run in runs:
         try_transition(run.pk, RunState.INTERRUPTED, reason, job_ended=run.pk in ended)
     return [run.pk for run in runs]
+
+
+def interrupt_reason(run: Run) -> str | None:
+    """Why the run's current attempt is being interrupted, if it is."""
+    event = (
+        run.events.filter(kind=INTERRUPT_REQUESTED, data__attempt=run.attempt)
+        .order_by("-pk")
+        .first()
+    )
+    return event.message if event is not None else None
 
 
 def _wait_for_jobs_to_end(runs: list[Run], wait_s: float) -> set[int]:

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from controlplane.runs import ray_jobs
 from controlplane.runs.cancellation import enforce_cancel
+from controlplane.runs.interruption import interrupt_reason
 from controlplane.runs.models import ACTIVE_STATES, Run, RunState
 from controlplane.runs.spool_ingest import has_spool, ingest_spools
 from controlplane.runs.state import try_transition
@@ -66,6 +67,9 @@ def reconcile(run_id: int) -> Run:
     if job.status in STATE_OF_ENDED_JOB:
         state = STATE_OF_ENDED_JOB[job.status]
         reason = _failure_reason(run, job.message) if state == RunState.FAILED else job.message
+        interrupted = interrupt_reason(run) if job.status == "STOPPED" else None
+        if interrupted is not None:  # stopped by `./armature up` going down
+            state, reason = RunState.INTERRUPTED, interrupted
         return try_transition(run.pk, state, reason or job.status.lower(), job_ended=True)
     if run.state == RunState.SUBMITTING:
         return _waiting(run, job, now)

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from controlplane.experiments.services import create_experiment
-from controlplane.runs import cancellation, ray_jobs, reconcile, submission, tasks
+from controlplane.runs import cancellation, interruption, ray_jobs, reconcile, submission, tasks
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
 from tests.processes import free_port, start, stop, wait_until
@@ -115,6 +115,30 @@ def test_reconcile_stops_the_job_of_a_finished_run(ray, run_id):
     wait_for_job(run_id, {"STOPPED"})
     reconcile.reconcile(run_id)
     assert reconcile.runs_to_reconcile() == []
+
+
+def test_a_reconcile_pass_while_the_app_interrupts_its_runs_does_not_cancel_them(
+    ray, run_id, monkeypatch
+):
+    """Ctrl-C on `./armature up` stops the jobs, then marks their runs interrupted; the
+    worker's periodic reconcile may look at a run in between and find its job stopped."""
+    submission.submit(run_id)
+    wait_for_job(run_id, {"RUNNING"})
+    reconcile.reconcile(run_id)
+    real_wait = interruption._wait_for_jobs_to_end
+
+    def reconcile_first(runs, wait_s):
+        wait_for_job(run_id, {"STOPPED"})
+        reconcile.reconcile(run_id)  # what the worker's beat does meanwhile
+        return real_wait(runs, wait_s)
+
+    monkeypatch.setattr(interruption, "_wait_for_jobs_to_end", reconcile_first)
+    assert interruption.interrupt_active_runs("the app was stopped", 30) == [run_id]
+    run = Run.objects.get(pk=run_id)
+    assert run.state == RunState.INTERRUPTED and run.exit_reason == "the app was stopped"
+    assert run.job_ended
+    Run.objects.filter(pk=run_id).update(attempt=2)  # a resumed run's next attempt
+    assert interruption.interrupt_reason(Run.objects.get(pk=run_id)) is None
 
 
 def test_a_cancel_while_ray_is_unreachable_lands_when_ray_is_back(ray, run_id):
