@@ -33,7 +33,7 @@ def interrupt_active_runs(reason: str, wait_s: float = 30.0) -> list[int]:
     """Stop the jobs of submitted and running runs, wait up to `wait_s` for Ray to
     confirm, and mark those runs interrupted. Returns their ids.
 
-    The intent is stored before any job is stopped: reconciliation, still running
+    Each run's intent is stored before its job is stopped: reconciliation, still running
     meanwhile, then takes a stopped job of these runs for an interruption, not a cancel.
     The runs stay running until their jobs end, so the trainers' last reports (the
     checkpoint they save on SIGTERM) are still accepted."""
@@ -42,7 +42,6 @@ def interrupt_active_runs(reason: str, wait_s: float = 30.0) -> list[int]:
         RunEvent.objects.create(
             run=run, kind=INTERRUPT_REQUESTED, message=reason, data={"attempt": run.attempt}
         )
-    for run in runs:
         try:
             ray_jobs.stop(run.submission_id)
         except ray_jobs.RayJobsError as error:

@@ -290,8 +290,7 @@ class TeleopSource:
         """Hold the step to `control_hz` while a human holds a copy, or always in real
         time (outside the lock: the operator's messages keep arriving meanwhile)."""
         hz = self.settings.control_hz
-        held = any(state.mode == HUMAN for state in self._copies)
-        if hz and (self.settings.real_time or held):
+        if hz and (self.settings.real_time or any(s.mode == HUMAN for s in self._copies)):
             wait = self._last_act + 1.0 / hz - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
