@@ -9,8 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from controlplane.runs.frozen_config import ConfigError, frozen_section
 from controlplane.runs.models import EVAL_SUCCESS_KEY, Run, RunEvent, RunKind, RunState
 
 EVALUATED = "evaluated"  # the link's event kind carrying the table
@@ -79,8 +78,8 @@ def evaluations_of(source: Run) -> list[Evaluation]:
 
 def _planned_benchmark(run: Run) -> tuple[str, str | None]:
     try:
-        env = (yaml.safe_load(run.config_yaml) or {}).get("env") or {}
-    except yaml.YAMLError:
+        env = frozen_section(run, "env")
+    except ConfigError:  # the run page says so once; the table names what it can
         env = {}
     suite = (run.eval_options or {}).get("suite") or env.get("suite")
     return str(env.get("name", "?")), suite

@@ -1,15 +1,21 @@
 """What a run's page and the compare page show, read in one place for the views and the
 live socket alike."""
 
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from controlplane.access.doors import may
 from controlplane.runs import eval_tables
 from controlplane.runs.evaluations import evaluation_choices
 from controlplane.runs.forms import EvaluateForm
+from controlplane.runs.frozen_config import (
+    ConfigError,
+    dump_value,
+    frozen_config,
+    frozen_section,
+)
 from controlplane.runs.models import Run, RunEvent, RunState
 from trainer.cluster import ClusterConfigError, cluster_from_dict, resolve_placement
 
@@ -60,7 +66,16 @@ def recent_events(run: Run) -> list[RunEvent]:
     return list(reversed(newest))
 
 
-def where_it_runs(run: Run) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ProcessTable:
+    """The run's processes as planned and as reported; `error` says why the plan could
+    not be read from the frozen config (the reported rows are still shown)."""
+
+    rows: list[dict[str, Any]]
+    error: str | None = None
+
+
+def where_it_runs(run: Run) -> ProcessTable:
     """Each process of the run as the plan places it and as it reported itself (the
     newest `placed` event): component, rank, planned node and devices, reported node,
     pid, devices seen, interpreter. Planned rows come from the frozen config's
@@ -72,24 +87,26 @@ def where_it_runs(run: Run) -> list[dict[str, Any]]:
         for p in (placed.data.get("processes", []) if placed else [])
         if isinstance(p, dict)
     }
-    planned = _planned_processes(run)
+    error = None
+    try:
+        planned = _planned_processes(run)
+    except (ConfigError, ClusterConfigError) as problem:
+        planned, error = {}, f"The planned placement cannot be read: {problem}"
     keys = list(planned) + [key for key in reported if key not in planned]
-    return [
+    rows = [
         {"component": key[0], "rank": key[1], "plan": planned.get(key), "seen": reported.get(key)}
         for key in keys
     ]
+    return ProcessTable(rows, error)
 
 
 def _planned_processes(run: Run) -> dict[tuple[str, int], dict[str, Any]]:
-    try:
-        config = yaml.safe_load(run.config_yaml) or {}
-        section = config.get("cluster")
-        if not section or run.is_eval:
-            return {("actor", 0): {"node_rank": 0, "devices": ""}}
-        data = section.get("cluster", section)
-        plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))
-    except (yaml.YAMLError, AttributeError, TypeError, ValueError, ClusterConfigError):
-        return {}
+    """Raises ConfigError or ClusterConfigError naming what is wrong."""
+    section = frozen_section(run, "cluster")
+    if not section or run.is_eval:
+        return {("actor", 0): {"node_rank": 0, "devices": ""}}
+    data = section.get("cluster", section)
+    plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))
     return {
         (p.component, p.process_rank): {
             "node_rank": p.node_rank,
@@ -99,24 +116,35 @@ def _planned_processes(run: Run) -> dict[tuple[str, int], dict[str, Any]]:
     }
 
 
+def config_problem(run: Run) -> str | None:
+    """Why the run's frozen config cannot be read (shown on its page), or None."""
+    try:
+        frozen_config(run)
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+# The readers below fall back to the defaults when the frozen config cannot be read:
+# the page then shows `config_problem` once, above everything.
+
+
 def planning_horizons(run: Run) -> list[int]:
     """The distinct horizons of the run's `rollout.action_horizons_pattern`, ascending
     (the frozen config was validated at launch; [] when it has none)."""
     try:
-        config = yaml.safe_load(run.config_yaml) or {}
-        pattern = (config.get("rollout") or {}).get("action_horizons_pattern") or []
-        return sorted({int(h) for h in pattern})
-    except (yaml.YAMLError, AttributeError, TypeError, ValueError):
+        pattern = frozen_section(run, "rollout").get("action_horizons_pattern") or []
+    except ConfigError:
         return []
+    return sorted({h for h in pattern if isinstance(h, int) and not isinstance(h, bool)})
 
 
 def algorithm_name(run: Run) -> str:
     """The run's `algorithm.name` (its charts differ: RLPD has Q values, buffers,
     interventions); ppo, the default, when the config does not say."""
     try:
-        config = yaml.safe_load(run.config_yaml) or {}
-        return str((config.get("algorithm") or {}).get("name") or "ppo")
-    except (yaml.YAMLError, AttributeError):
+        return str(frozen_section(run, "algorithm").get("name") or "ppo")
+    except ConfigError:
         return "ppo"
 
 
@@ -124,9 +152,8 @@ def intervention_source(run: Run) -> str:
     """The run's `env.interventions.source` (an on-policy run with one charts its
     intervention rate too); none when the config does not say."""
     try:
-        config = yaml.safe_load(run.config_yaml) or {}
-        return str(((config.get("env") or {}).get("interventions") or {}).get("source") or "none")
-    except (yaml.YAMLError, AttributeError):
+        return str(frozen_section(run, "env", "interventions").get("source") or "none")
+    except ConfigError:
         return "none"
 
 
@@ -180,8 +207,9 @@ def runs_to_compare(ids: str) -> list[Run]:
 
 def config_differences(runs: list[Run]) -> list[tuple[str, list[str]]]:
     """The frozen config keys (dotted paths) whose values are not the same in every run,
-    with each run's value as YAML text ("—" where a run lacks the key)."""
-    flat = [_flatten(yaml.safe_load(run.config_yaml) or {}) for run in runs]
+    with each run's value as YAML text ("—" where a run lacks the key). Raises
+    ConfigError when a run's frozen config cannot be read."""
+    flat = [_flatten(frozen_config(run)) for run in runs]
     keys = sorted(set().union(*flat))
     differing = []
     for key in keys:
@@ -206,9 +234,4 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def _shown(value: Any) -> str:
     if value is _MISSING:
         return "—"
-    return (
-        yaml.safe_dump(value, default_flow_style=True, width=10_000)
-        .strip()
-        .removesuffix("...")
-        .strip()
-    )
+    return dump_value(value)

@@ -16,8 +16,10 @@ from controlplane.runs.models import Run, RunKind, RunState
 from controlplane.runs.ray_jobs import RayJobsError
 from controlplane.runs.run_page import (
     BadRunIds,
+    ConfigError,
     chart_context,
     config_differences,
+    config_problem,
     eval_run_context,
     evaluations_context,
     recent_events,
@@ -84,6 +86,7 @@ def _run_page(request: HttpRequest, run: Run, eval_form: EvaluateForm | None = N
             "run": run,
             "events": recent_events(run),
             "processes": where_it_runs(run),
+            "config_problem": config_problem(run),
             **run_controls(run, request.user),
             "chart_context": {**chart_context(run), "now": timezone.now().isoformat()},
             "files": artifacts.list_artifacts(run.pk),
@@ -184,13 +187,18 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         runs = runs_to_compare(ids)
     except BadRunIds as error:
         return render(request, "runs/compare.html", {"error": str(error), "ids": ids}, status=400)
+    try:
+        differences, differences_error = config_differences(runs), None
+    except ConfigError as error:
+        differences, differences_error = [], f"A run's stored config cannot be read: {error}"
     return render(
         request,
         "runs/compare.html",
         {
             "runs": runs,
             "compared": [chart_context(run) for run in runs],
-            "differences": config_differences(runs),
+            "differences": differences,
+            "differences_error": differences_error,
             "evaluations": compared_evaluations(runs),
             "ids": ids,
         },
