@@ -171,6 +171,11 @@ DOORS: dict[str, Door] = {
     "console-control": part(
         "take over, drive, release, mark, e-stop a robot (on ws-console)", OPERATOR
     ),
+    "config-process-settings": part(
+        "env vars and interpreter in an experiment's own cluster section (saving or "
+        "launching one; docs/permissions.md#process-level-settings)",
+        ADMIN,
+    ),
 }
 
 # Django's admin site keeps its own check (staff only, then model permissions): one rule

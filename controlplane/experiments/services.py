@@ -5,13 +5,25 @@ import difflib
 
 from django.db import transaction
 
+from controlplane.access.process_settings import refuse_process_settings
 from controlplane.experiments.models import Experiment, Revision
+from trainer.config.errors import ConfigError
 from trainer.config.loading import parse_yaml, validate_config
 
 
-def validate_config_yaml(text: str) -> None:
-    """Raise `trainer.config.errors.ConfigError` (every problem with its key path)."""
-    validate_config(parse_yaml(text))
+def validate_config_yaml(text: str, author=None) -> None:
+    """Raise `trainer.config.errors.ConfigError` (every problem with its key path): the
+    schema's, and process-level settings that `author` may not save."""
+    data = parse_yaml(text)
+    problems = []
+    for check in (lambda: validate_config(data),
+                  lambda: refuse_process_settings(author, data, "saved")):  # fmt: skip
+        try:
+            check()
+        except ConfigError as error:
+            problems += error.problems
+    if problems:
+        raise ConfigError(problems)
 
 
 @transaction.atomic
@@ -19,7 +31,7 @@ def create_experiment(
     name: str, config_yaml: str, *, description: str = "", tags: list[str] | None = None,
     author=None,
 ) -> Experiment:  # fmt: skip
-    validate_config_yaml(config_yaml)
+    validate_config_yaml(config_yaml, author)
     experiment = Experiment.objects.create(
         name=name, description=description, tags=tags or [], created_by=author
     )
@@ -35,7 +47,7 @@ def save_revision(
     experiment: Experiment, config_yaml: str, *, author=None, message: str = ""
 ) -> Revision:
     """A new revision when the config changed; the latest one when it did not."""
-    validate_config_yaml(config_yaml)
+    validate_config_yaml(config_yaml, author)
     locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
     latest = locked.latest_revision
     if latest is not None and latest.config_yaml == config_yaml:

@@ -113,7 +113,7 @@ def experiment_validate(request: HttpRequest) -> HttpResponse:
     """As-you-type validation of a config (htmx)."""
     text = request.POST.get("config_yaml", "")
     try:
-        services.validate_config_yaml(text)
+        services.validate_config_yaml(text, request.user)
         issues = []
     except ConfigError as error:
         issues = problems(error, text)
@@ -153,6 +153,9 @@ def experiment_clone(request: HttpRequest, name: str) -> HttpResponse:
         return redirect("experiment-detail", name=name)
     try:
         clone = services.clone_experiment(source, form.cleaned_data["name"], author=request.user)
+    except ConfigError as error:
+        messages.error(request, f"The clone is refused: {error}")
+        return redirect("experiment-detail", name=name)
     except IntegrityError:
         messages.error(request, f"An experiment named {form.cleaned_data['name']} exists.")
         return redirect("experiment-detail", name=name)

@@ -2,6 +2,7 @@
 
 from django.db import IntegrityError, transaction
 
+from controlplane.access.process_settings import refuse_process_settings
 from controlplane.experiments.models import Experiment, Revision
 from controlplane.inventory.models import Cluster
 from controlplane.inventory.services import cluster_section
@@ -10,13 +11,19 @@ from controlplane.runs.models import Run, RunEvent
 from trainer.config.loading import apply_override, dump_config, parse_yaml, validate_config
 
 
-def freeze_config(revision: Revision, overrides: list[str], cluster: Cluster | None) -> str:
+def freeze_config(
+    revision: Revision, overrides: list[str], cluster: Cluster | None, user=None
+) -> str:
     """The config the trainer will run: the revision, the overrides, the cluster section;
-    validated and written out with every default. Raises ConfigError."""
+    validated and written out with every default. Raises ConfigError, also when the
+    experiment's own cluster section (a launch without a stored cluster) has
+    process-level settings that `user` may not launch."""
     data = parse_yaml(revision.config_yaml) or {}
     for override in overrides:
         apply_override(data, override)
-    if cluster is not None:
+    if cluster is None:
+        refuse_process_settings(user, data, "launched")
+    else:
         data["cluster"] = cluster_section(cluster)
     return dump_config(validate_config(data))
 
@@ -42,7 +49,7 @@ def launch_run(
         return existing, False
     revision = revision or experiment.latest_revision
     overrides = list(overrides or [])
-    config_yaml = freeze_config(revision, overrides, cluster)
+    config_yaml = freeze_config(revision, overrides, cluster, user)
     return queue_run(
         user, idempotency_key, f"by {user}",
         experiment=experiment, revision=revision, cluster=cluster, overrides=overrides,

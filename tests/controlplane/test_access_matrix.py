@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import include, path, reverse
 
 from controlplane.access import matrix
-from controlplane.access.doors import DOORS, Kind
+from controlplane.access.doors import DOORS, SEE, Kind
 from controlplane.access.matrix import Caller, Outcome, documented_answer
 from controlplane.access.pages import guarded
 from controlplane.api.tokens import create_token
@@ -166,6 +166,38 @@ def test_each_url_answers_each_caller_as_documented(sample, route):
             if got != want:
                 wrong.append(f"{method} {url} as {caller.value}: {response.status_code} {got}"
                              f" (documented: {want})")  # fmt: skip
+    assert wrong == []
+
+
+PROCESS_SETTINGS = (
+    "cluster:\n  num_nodes: 1\n  node_groups:\n    - label: cpu\n      node_ranks: 0\n"
+    "      env_configs:\n        - node_ranks: 0\n          env_vars:\n"
+    "            - BROWSER: x\n"
+)
+
+
+def test_process_level_settings_answer_each_caller_as_documented(sample):
+    """The `config-process-settings` part, behind the door that saves an experiment:
+    the door's answer for those it refuses, then the part's (refused: 400 naming the
+    key; allowed: saved)."""
+    part = DOORS["config-process-settings"]
+    wrong = []
+    for caller in Caller:
+        body = {"name": f"env-{caller.name.lower()}", "config_yaml": CONFIG + PROCESS_SETTINGS}
+        response = sample.client(caller).post(
+            "/api/v1/experiments", body, content_type="application/json"
+        )
+        want = expected("api-experiment-list", "POST", caller)
+        if want == Outcome.ALLOWED:
+            want = documented_answer(Kind.PART, part.rule(SEE), caller)
+            got = {201: Outcome.ALLOWED, 400: Outcome.LEFT_OUT}.get(response.status_code)
+            if got is Outcome.LEFT_OUT:
+                paths = [error["path"] for error in response.json()["errors"]]
+                got = got if paths == ["cluster.node_groups[0].env_configs[0].env_vars"] else paths
+        else:
+            got = outcome_of(response)
+        if got != want:
+            wrong.append(f"{caller.value}: {response.status_code} {got} (documented: {want})")
     assert wrong == []
 
 
