@@ -20,12 +20,17 @@ from controlplane.api.serializers import (
 )
 from controlplane.inventory import services
 from controlplane.inventory.models import Cluster
+from controlplane.inventory.placement_preview import MAX_PREVIEW_PROCESSES
 from controlplane.inventory.selectors import robots
 from trainer import cluster as tc
 
 
 def config_errors(error: tc.ClusterConfigError) -> Response:
-    return Response({"errors": error.to_list()}, status=status.HTTP_400_BAD_REQUEST)
+    body = {"errors": error.to_list()}
+    if isinstance(error, tc.PlanTooLarge):  # the figures, not the plan
+        body["summary"] = {"processes": error.processes, "total": error.total,
+                           "limit": error.limit}  # fmt: skip
+    return Response(body, status=status.HTTP_400_BAD_REQUEST)
 
 
 class ClusterViewSet(
@@ -85,7 +90,11 @@ class PlacementPreviewView(APIView):
         request=PlacementPreviewSerializer,
         responses={
             200: OpenApiResponse(description="{plan: {num_nodes, components: {name: …}}}"),
-            400: OpenApiResponse(description="{errors: [{rule, message, location, line, …}]}"),
+            400: OpenApiResponse(
+                description="{errors: [{rule, message, location, line, …}]}; past "
+                f"{MAX_PREVIEW_PROCESSES:,} processes also {{summary: {{processes: "
+                "{component: count}, total, limit}}}"
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -98,7 +107,9 @@ class PlacementPreviewView(APIView):
                 spec = services.to_trainer_cluster(cluster)
             else:
                 spec = tc.load_cluster_yaml(data["cluster_yaml"])
-            plan = tc.resolve_placement(spec, data.get("placement"))
+            plan = tc.resolve_placement(
+                spec, data.get("placement"), max_processes=MAX_PREVIEW_PROCESSES
+            )
         except tc.ClusterConfigError as error:
             return config_errors(error)
         return Response({"plan": plan.to_dict()})

@@ -7,8 +7,13 @@ from dataclasses import dataclass, field
 from trainer import cluster as tc
 from trainer.cluster.ranks import format_ranks
 
-# Nodes drawn at most; a 10,000-node plan is summarised rather than drawn whole.
+# Nodes and cells drawn at most; a bigger cluster is summarised rather than drawn whole.
 MAX_NODES_DRAWN = 200
+MAX_CELLS_DRAWN = 4096
+# Processes a preview resolves at most (the page and POST /api/v1/placement/preview):
+# beyond, it answers the count per component and this limit, never the plan. Resolving
+# stops counting before it builds a process, so the work stays bounded too.
+MAX_PREVIEW_PROCESSES = 10_000
 
 
 @dataclass
@@ -50,11 +55,11 @@ def preview_placement(spec: tc.Cluster, placement: str | dict | None) -> Placeme
     if isinstance(placement, str) and not placement.strip():
         placement = None
     try:
-        plan = tc.resolve_placement(spec, placement)
+        plan = tc.resolve_placement(spec, placement, max_processes=MAX_PREVIEW_PROCESSES)
     except tc.ClusterConfigError as error:
-        return PlacementPreview(
-            rows=_grid(spec, {}), errors=[issue.to_dict() for issue in error.issues]
-        )
+        rows = _grid(spec, {})
+        errors = [issue.to_dict() for issue in error.issues]
+        return PlacementPreview(rows=rows, errors=errors, hidden_nodes=spec.num_nodes - len(rows))
     colors = {name: index for index, name in enumerate(plan.components)}
     ranks_by_cell: dict[tuple, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for process in plan.processes:
@@ -74,7 +79,7 @@ def preview_placement(spec: tc.Cluster, placement: str | dict | None) -> Placeme
             for name, processes in plan.components.items()
         },
     )
-    preview.hidden_nodes = max(0, spec.num_nodes - MAX_NODES_DRAWN)
+    preview.hidden_nodes = spec.num_nodes - len(preview.rows)
     return preview
 
 
@@ -88,8 +93,12 @@ def _cell_keys(process: tc.ProcessPlacement) -> list[tuple]:
 
 
 def _grid(spec: tc.Cluster, assignments: dict[tuple, list[Assignment]]) -> list[GridRow]:
-    rows = []
+    rows: list[GridRow] = []
+    cells_drawn = 0
     for node in spec.nodes[:MAX_NODES_DRAWN]:
+        cells_drawn += 1 + node.num_accelerators
+        if rows and cells_drawn > MAX_CELLS_DRAWN:
+            break
         rank = node.rank
         cells = [Cell("node", f"node {rank}", assignments.get((rank, "node"), []))]
         if node.accelerators is not None:

@@ -18,7 +18,7 @@ from .model import (
     NodeInfo,
 )
 from .plan import ACCELERATOR, HARDWARE, NODE, Plan, ProcessPlacement
-from .resolution import MAX_PROCESSES, resolve_placement
+from .resolution import MAX_PROCESSES, PlanTooLarge, resolve_placement
 from .validation import validate_cluster
 from .yaml_io import dump_cluster_yaml, load_cluster_yaml, load_placement_yaml
 
@@ -26,6 +26,7 @@ __all__ = [
     "ACCELERATOR",
     "HARDWARE",
     "MAX_PROCESSES",
+    "PlanTooLarge",
     "NODE",
     "NODE_GROUP_LABEL",
     "NODE_RANK_LABEL",
