@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pg_database import ensure_database  # noqa: E402
+
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/armature_series_q"
 STEPS = 10_000
 KEYS = [f"losses/k{i}" for i in range(8)] + ["charts/env_steps", "rollout/success_rate"]
@@ -36,11 +38,13 @@ TASKS = range(6)
 
 
 def set_up(var_dir: Path) -> None:
+    database_url = os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
+    ensure_database(database_url)
     os.environ.update(
         ARMATURE_VAR_DIR=str(var_dir),
         DJANGO_SETTINGS_MODULE="controlplane.settings",
         ALLOWED_HOSTS="testserver",
-        DATABASE_URL=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
+        DATABASE_URL=database_url,
     )
     os.environ.pop("REDIS_URL", None)
     import django

@@ -39,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pg_database import ensure_database  # noqa: E402
+
 from tests.processes import free_port, http_ok, start, stop, wait_until  # noqa: E402
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/armature_series"
@@ -53,10 +55,12 @@ LATE_S = 15.0  # how long browsers keep listening after the trainers stop
 
 
 def set_up(var_dir: Path) -> None:
+    database_url = os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
+    ensure_database(database_url)
     os.environ.update(
         ARMATURE_VAR_DIR=str(var_dir),
         DJANGO_SETTINGS_MODULE="controlplane.settings",
-        DATABASE_URL=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL),
+        DATABASE_URL=database_url,
         REDIS_URL=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
     )
     import django
