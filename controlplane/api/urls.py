@@ -1,5 +1,5 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from controlplane.access.pages import guarded
@@ -16,5 +16,15 @@ urlpatterns = [
     path("placement/preview", views.PlacementPreviewView.as_view(), name="placement-preview"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # A page for people: the login page (not a 401) for anonymous visitors.
-    path("docs/", guarded(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
+    # Its start-up script is served from the same URL (?script), not inline: the pages'
+    # Content-Security-Policy allows no inline script (controlplane/core/csp.py).
+    path(
+        "docs/",
+        guarded(
+            SpectacularSwaggerSplitView.as_view(
+                url_name="api-schema", template_name="api/swagger_ui.html"
+            )
+        ),
+        name="api-docs",
+    ),
 ]

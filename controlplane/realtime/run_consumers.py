@@ -1,12 +1,17 @@
 """Live run pages: the runs list follows every run's state and progress; one run's page
-gets its header, controls and events as htmx fragments, and its metric points as JSON.
+gets its header, controls, events, placement, files and evaluations as htmx fragments,
+and its metric points as JSON.
 
 HTML fragments are re-rendered from the database, so what the browser shows is what is
-stored. JSON frames (`{"type": "metrics" | "progress", ...}`) are for the page's charts
-(frontend/static/armature/run_charts.js), which take them before htmx sees them; they
+stored. A socket sends a fragment only when it differs from the one it sent last, so an
+update swaps only what changed; inside the header, which changes with every progress,
+the controls keep their elements (hx-preserve, runs/_run_header.html). JSON frames
+(`{"type": "metrics" | "progress", ...}`) are for the page's charts
+(frontend/static/armature/run_page.js), which take them before htmx sees them; they
 carry the stored message as broadcast by runs.telemetry.broadcast_messages.
 """
 
+import hashlib
 import json
 from typing import Any
 
@@ -15,9 +20,11 @@ from django.template.loader import render_to_string
 
 from controlplane.access.sockets import GuardedConsumer
 from controlplane.realtime.groups import RUNS_LIST, run_group
+from controlplane.runs import artifacts
 from controlplane.runs.models import Run
 from controlplane.runs.run_page import (
     eval_run_context,
+    evaluations_context,
     recent_events,
     run_controls,
     where_it_runs,
@@ -31,6 +38,7 @@ class RunUpdatesConsumer(GuardedConsumer):
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
         self.group = run_group(self.run_id) if self.run_id else RUNS_LIST
+        self.sent: dict[str, bytes] = {}  # fragment id → digest of the HTML sent last
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         if self.run_id:  # anything that changed between the page load and now
@@ -61,6 +69,11 @@ class RunUpdatesConsumer(GuardedConsumer):
         if self.run_id:
             await self._push(event["run"], events=True)
 
+    async def run_evaluation(self, event: dict) -> None:
+        """One of this run's eval runs changed state (runs.state): its evaluations card."""
+        if self.run_id:
+            await self._push(event["run"], events=True)
+
     async def run_batch(self, event: dict) -> None:
         """Several stored messages published at once (runs.telemetry.broadcast_batches):
         their JSON frames in order, then the fragments once (they are re-read from the
@@ -86,29 +99,46 @@ class RunUpdatesConsumer(GuardedConsumer):
         await self.send(text_data=json.dumps(frame))
 
     async def _push(self, run_id: int, events: bool = False) -> None:
-        html = await self._render(run_id, events)
-        if html:
-            await self.send(text_data=html)
+        """Send the run's fragments that differ from what this socket sent last."""
+        parts = await self._render(run_id, events)
+        changed = {}
+        for key, html in parts.items():
+            digest = hashlib.blake2b(html.encode(), digest_size=16).digest()
+            if self.sent.get(key) != digest:
+                self.sent[key] = digest
+                changed[key] = html
+        if changed:
+            await self.send(text_data="".join(changed.values()))
 
     @database_sync_to_async
-    def _render(self, run_id: int, events: bool) -> str:
+    def _render(self, run_id: int, events: bool) -> dict[str, str]:
+        """The run's fragments by element id: its row on the runs list; on its page the
+        header, and with `events` everything an event can change."""
         run = (
             with_figures(Run.objects.select_related("experiment", "revision", "created_by"))
             .filter(pk=run_id)
             .first()
         )
         if run is None:
-            return ""
+            return {}
         if not self.run_id:
-            return render_to_string("runs/_run_row.html", {"run": run, "oob": True})
-        context: dict[str, Any] = {"run": run, "oob": True, **run_controls(run, self.scope["user"])}
-        parts = [render_to_string("runs/_run_header.html", context)]
-        if events:
-            context["events"] = recent_events(run)
-            context["processes"] = where_it_runs(run)
-            parts.append(render_to_string("runs/_events.html", context))
-            parts.append(render_to_string("runs/_processes.html", context))
-            if run.is_eval:  # its table arrives as the trainer's `evaluated` event
-                context["eval_run"] = eval_run_context(run)
-                parts.append(render_to_string("runs/_evaluation.html", context))
-        return "".join(parts)
+            row = render_to_string("runs/_run_row.html", {"run": run, "oob": True})
+            return {f"run-row-{run.pk}": row}
+        user = self.scope["user"]
+        context: dict[str, Any] = {"run": run, "oob": True, **run_controls(run, user)}
+        parts = {"run-header": render_to_string("runs/_run_header.html", context)}
+        if not events:
+            return parts
+        context["events"] = recent_events(run)
+        context["processes"] = where_it_runs(run)
+        parts["run-events"] = render_to_string("runs/_events.html", context)
+        parts["run-processes"] = render_to_string("runs/_processes.html", context)
+        if run.is_eval:  # its table arrives as the trainer's `evaluated` event
+            context["eval_run"] = eval_run_context(run)
+            parts["run-evaluation"] = render_to_string("runs/_evaluation.html", context)
+        else:  # a checkpoint written: a new file, and Evaluate becomes available
+            context.update(evaluations_context(run, user))
+            parts["run-evaluations"] = render_to_string("runs/_evaluations.html", context)
+        context["files"] = artifacts.list_artifacts(run.pk)
+        parts["run-files"] = render_to_string("runs/_files.html", context)
+        return parts

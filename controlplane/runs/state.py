@@ -61,16 +61,22 @@ def transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
             run=run, kind="state", message=reason, data={"from": previous, "to": to}
         )
         message = {"type": "run.state", "run": run.pk, "state": to, "reason": reason}
-        transaction.on_commit(lambda: _announce(run.pk, message))
+        transaction.on_commit(lambda: _announce(run.pk, message, run.source_run_id))
         if to in FINAL_STATES or to == RunState.INTERRUPTED:  # its token is spent
             transaction.on_commit(lambda: _close_trainer_links(run.pk, to))
     return run
 
 
-def _announce(run_id: int, message: dict) -> None:
-    for group in (run_group(run_id), RUNS_LIST):
+def _announce(run_id: int, message: dict, source_run_id: int | None = None) -> None:
+    """To the run's page and the runs list; an eval run's also to the page of the run it
+    evaluates (its evaluations card)."""
+    sent = [(run_group(run_id), message), (RUNS_LIST, message)]
+    if source_run_id is not None:
+        about = {"type": "run.evaluation", "run": source_run_id, "evaluation": run_id}
+        sent.append((run_group(source_run_id), {**about, "state": message["state"]}))
+    for group, event in sent:
         try:
-            publish(group, message)
+            publish(group, event)
         except Exception as error:  # the state is stored; browsers catch up on next load
             log.warning("run %s: could not tell %s it is %s: %r",
                         run_id, group, message["state"], error)  # fmt: skip

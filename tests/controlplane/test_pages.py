@@ -1,10 +1,14 @@
 """The web shell: every page of the navigation answers a logged-in user and sends
-anonymous visitors to the login page."""
+anonymous visitors to the login page; every page carries the Content-Security-Policy and
+its markup holds nothing the policy would refuse (inline script, handler or style)."""
+
+from html.parser import HTMLParser
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from controlplane.core.bootstrap import seed_demo
+from tests.runs import submitted_run
 
 pytestmark = pytest.mark.django_db
 
@@ -63,3 +67,87 @@ def test_login_page_reports_bad_credentials(client):
     response = client.post("/login/", {"username": "nobody", "password": "wrong"})
     assert response.status_code == 200
     assert "didn't match" in response.content.decode()
+
+
+class InlineCode(HTMLParser):
+    """What a page's markup would run or style inline: a <script> with code in it, an
+    event-handler or style attribute, a <style> element, a javascript: address."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = dict(attrs)
+        if tag == "script" and names.get("type") != "application/json":
+            self._in_script = True
+            if "src" not in names:
+                self.found.append("<script> without src")
+        if tag == "style":
+            self.found.append("<style>")
+        for name, value in attrs:
+            if name.startswith("on") or name == "style" or name.startswith("hx-on"):
+                self.found.append(f"<{tag} {name}={value!r}>")
+            if name in ("href", "src", "action") and (value or "").startswith("javascript:"):
+                self.found.append(f"<{tag} {name}={value!r}>")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.found.append(f"inline script: {data.strip()[:60]}")
+
+
+@pytest.fixture
+def admin_client(client):
+    admin = get_user_model().objects.create_user(
+        "root", password="pw-for-tests", is_staff=True, is_superuser=True
+    )
+    client.force_login(admin)
+    return client
+
+
+def test_every_page_sends_a_policy_that_runs_no_inline_script_or_style(admin_client):
+    cluster, experiment = seed_demo()
+    first, second = submitted_run(experiment), submitted_run(experiment)
+    pages = PAGES + [
+        f"/runs/{first.pk}/", f"/runs/compare/?ids={first.pk},{second.pk}",
+        f"/runs/{first.pk}/diff/{second.pk}/", f"/experiments/{experiment.name}/",
+        f"/cluster/{cluster.name}/", f"/cluster/{cluster.name}/edit/",
+        f"/cluster/{cluster.name}/placement/", f"/console/runs/{first.pk}/",
+        "/console/audit/", "/settings/", "/admin/",
+    ]  # fmt: skip
+    for path in pages:
+        response = admin_client.get(path)
+        assert response.status_code == 200, path
+        policy = dict(
+            directive.strip().split(" ", 1)
+            for directive in response["Content-Security-Policy"].split(";")
+        )
+        assert policy["script-src"] == "'self'", path
+        assert policy["style-src"] == "'self'", path
+        assert "ws://testserver" in policy["connect-src"], path
+        if path.startswith("/admin/"):
+            continue  # Django's own markup, not ours
+        markup = InlineCode()
+        markup.feed(response.content.decode())
+        assert markup.found == [], (path, markup.found)
+
+
+def test_the_login_page_and_api_answers_carry_the_policy_too(client):
+    for response in (client.get("/login/"), client.get("/api/v1/schema/")):
+        assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_the_api_docs_start_up_script_is_a_file_of_its_own(user_client):
+    html = user_client.get("/api/v1/docs/").content.decode()
+    markup = InlineCode()
+    markup.feed(html)
+    assert markup.found == []
+    script = user_client.get("/api/v1/docs/?script=")
+    assert script.status_code == 200
+    assert script["Content-Type"].startswith("application/javascript")
+    assert "SwaggerUIBundle" in script.content.decode()

@@ -22,8 +22,20 @@ function errorLines() {
 function drawGutter(textarea, gutter) {
   const bad = errorLines();
   const count = textarea.value.split("\n").length;
-  gutter.innerHTML = Array.from({ length: count }, (_, i) =>
-    bad.has(String(i + 1)) ? `<span class="bad">${i + 1}</span>` : String(i + 1)).join("\n");
+  const lines = document.createDocumentFragment();
+  let plain = ""; // runs of good line numbers as one text node
+  for (let number = 1; number <= count; number++) {
+    const separator = number > 1 ? "\n" : "";
+    if (!bad.has(String(number))) { plain += separator + number; continue; }
+    lines.append(plain + separator);
+    plain = "";
+    const marked = document.createElement("span");
+    marked.className = "bad";
+    marked.textContent = String(number);
+    lines.append(marked);
+  }
+  lines.append(plain);
+  gutter.replaceChildren(lines);
   gutter.scrollTop = textarea.scrollTop;
 }
 function setUpGutters() {
@@ -39,6 +51,67 @@ function setUpGutters() {
   }
 }
 document.addEventListener("DOMContentLoaded", setUpGutters);
+
+// Forms that go to an address built from their fields instead of submitting, e.g. the
+// run page's config diff: data-go="/runs/3/diff/{other}/" (no inline handlers: the
+// Content-Security-Policy runs only static scripts).
+document.addEventListener("submit", (e) => {
+  const form = e.target;
+  const address = form.dataset?.go;
+  if (!address) return;
+  e.preventDefault();
+  location.href = address.replace(/\{(\w+)\}/g,
+    (_, name) => encodeURIComponent(form.elements[name]?.value ?? ""));
+});
+
+// Forms the page's socket re-renders (e.g. the Evaluate form once a checkpoint arrives)
+// come without a CSRF token: they are rendered without a request. A POST form without
+// one gets the page's own token (the one htmx sends as a header) as it is submitted.
+document.addEventListener("submit", (e) => {
+  const form = e.target;
+  if (form.method !== "post" || form.elements.csrfmiddlewaretoken?.value) return;
+  const token = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"];
+  if (!token) return;
+  form.elements.csrfmiddlewaretoken?.remove();
+  const field = document.createElement("input");
+  field.type = "hidden";
+  field.name = "csrfmiddlewaretoken";
+  field.value = token;
+  form.append(field);
+});
+
+// Styles that depend on data, e.g. an evaluation cell's colour (data-hue), are set
+// through element.style: the CSP allows no style attribute in the markup. htmx calls
+// this for the page and for every fragment it swaps in.
+htmx.onLoad((root) => {
+  const marked = [...root.querySelectorAll("[data-hue]")];
+  if (root.matches?.("[data-hue]")) marked.push(root);
+  for (const element of marked) element.style.setProperty("--hue", element.dataset.hue);
+});
+
+// A live update that re-renders a form marked data-keep-input (e.g. the Evaluate form
+// when a checkpoint arrives) keeps what the user changed in it, and the focus.
+document.addEventListener("htmx:oobBeforeSwap", (e) => {
+  const { target, fragment } = e.detail;
+  const forms = [...target.querySelectorAll("form[data-keep-input][id]")];
+  if (target.matches("form[data-keep-input][id]")) forms.push(target);
+  for (const form of forms) {
+    const twin = fragment.querySelector(`#${CSS.escape(form.id)}`);
+    if (!twin) continue;
+    for (const field of form.elements) {
+      const other = field.name && twin.elements[field.name];
+      if (!other || other.tagName !== field.tagName) continue;
+      const changed = field.tagName === "SELECT"
+        ? [...field.options].some((o) => o.selected !== o.defaultSelected)
+        : field.value !== field.defaultValue;
+      if (changed && (field.tagName !== "SELECT" || [...other.options].some((o) => o.value === field.value))) {
+        other.value = field.value;
+      }
+    }
+    const focused = form.contains(document.activeElement) ? document.activeElement.name : "";
+    if (focused) queueMicrotask(() => document.getElementById(form.id)?.elements[focused]?.focus());
+  }
+});
 
 // Dialogs opened by a button naming them (data-opens="dialog-id"), e.g. Home's launch.
 document.addEventListener("click", (e) => {
@@ -91,6 +164,8 @@ function tidyTables() {
 // has no place on this page (another experiment's run) is dropped before the swap.
 // Rows pushed while the tables are being fetched afresh (below), latest per run: the
 // fetched tables may have been rendered before them, so they go back on top.
+// The pushed text is the server's template-escaped fragment, the same htmx swaps in; it
+// is parsed inert (a <template>) to look at its rows, and handed back to htmx as text.
 let fetchingTables = 0;
 const pushedWhileFetching = new Map();
 htmx.defineExtension("live-runs", {
@@ -99,15 +174,13 @@ htmx.defineExtension("live-runs", {
     incoming.innerHTML = text;
     for (const row of incoming.content.querySelectorAll("tr[id^=run-row-]")) {
       if (!document.getElementById(row.id) && !placeRow(row)) { row.remove(); continue; }
-      if (fetchingTables) pushedWhileFetching.set(row.id, row.outerHTML);
+      if (fetchingTables) pushedWhileFetching.set(row.id, row.cloneNode(true));
     }
     return incoming.innerHTML;
   },
 });
-function putRowBack(html) {
-  const holder = document.createElement("template");
-  holder.innerHTML = html;
-  const row = holder.content.firstElementChild;
+function putRowBack(pushed) {
+  const row = document.importNode(pushed, true);
   row.removeAttribute("hx-swap-oob");
   const existing = document.getElementById(row.id);
   if (existing) existing.replaceWith(row);
@@ -130,9 +203,9 @@ document.addEventListener("htmx:wsOpen", async (e) => {
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
     for (const table of tables) {
       const twin = fresh.querySelector(`tbody[data-live-runs][data-accept="${table.dataset.accept}"]`);
-      if (twin) table.innerHTML = twin.innerHTML;
+      if (twin) table.replaceChildren(...document.importNode(twin, true).childNodes);
     }
-    for (const html of pushedWhileFetching.values()) putRowBack(html);
+    for (const row of pushedWhileFetching.values()) putRowBack(row);
   } finally {
     fetchingTables -= 1;
     if (!fetchingTables) pushedWhileFetching.clear();

@@ -230,6 +230,19 @@ const ArmatureCharts = (() => {
     }
   }
 
+  // A chart's box: <figure data-chart=name><figcaption>title</figcaption><div class=plot>.
+  function chartFigure(spec) {
+    const box = document.createElement("figure");
+    box.className = "chart";
+    box.dataset.chart = spec.name;
+    const caption = document.createElement("figcaption");
+    caption.textContent = spec.title;
+    const plot = document.createElement("div");
+    plot.className = "plot";
+    box.append(caption, plot);
+    return box;
+  }
+
   // Redraws at most every `ms`, however many pushes arrive in between.
   function throttled(fn, ms) {
     let timer = null;
@@ -244,6 +257,7 @@ const ArmatureCharts = (() => {
     const smoothing = form.querySelector("[name=smoothing]");
     const shown = form.querySelector("[data-smoothing-value]");
     const xMode = form.querySelector("[name=x]");
+    form.addEventListener("submit", (event) => event.preventDefault()); // nothing to send
     smoothing.addEventListener("input", () => {
       view.smoothing = Number(smoothing.value);
       if (shown) shown.textContent = view.smoothing.toFixed(2);
@@ -255,5 +269,5 @@ const ArmatureCharts = (() => {
   }
 
   return { RunSeries, MetricChart, PALETTE, DASHES, formatNumber, formatDuration,
-    throttled, bindControls, matches };
+    throttled, bindControls, matches, chartFigure };
 })();

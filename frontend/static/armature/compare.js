@@ -44,10 +44,7 @@
     { name: "compare_kl", title: "Approximate KL", linesFor: perRun("losses/approx_kl") },
   ];
   const charts = SPECS.map((spec) => {
-    const box = document.createElement("figure");
-    box.className = "chart";
-    box.dataset.chart = spec.name;
-    box.innerHTML = `<figcaption>${spec.title}</figcaption><div class="plot"></div>`;
+    const box = ArmatureCharts.chartFigure(spec);
     document.getElementById("compare-charts").appendChild(box);
     return new MetricChart(box.querySelector(".plot"), spec, view);
   });
@@ -57,7 +54,11 @@
   const picks = document.getElementById("compare-metrics");
   for (const spec of SPECS) {
     const label = document.createElement("label");
-    label.innerHTML = `<input type="checkbox" checked value="${spec.name}"> ${spec.title}`;
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.checked = true;
+    box.value = spec.name;
+    label.append(box, ` ${spec.title}`);
     picks.appendChild(label);
   }
   picks.addEventListener("change", (event) => {
@@ -67,10 +68,23 @@
   });
   window.addEventListener("resize", throttled(() => charts.forEach((c) => c.resize()), 200));
 
+  // Run labels hold experiment names (people's text): DOM calls, never markup.
   const legend = document.getElementById("compare-legend");
-  legend.innerHTML = runs.map((run, i) =>
-    `<li data-run="${run.run}"><span class="swatch" style="background:${PALETTE[i % PALETTE.length]}"></span>` +
-    `<a href="/runs/${run.run}/">${run.label}</a> <span class="muted">${run.state}</span></li>`).join("");
+  legend.replaceChildren(...runs.map((run, i) => {
+    const item = document.createElement("li");
+    item.dataset.run = String(run.run);
+    const swatch = document.createElement("span");
+    swatch.className = "swatch";
+    swatch.style.background = PALETTE[i % PALETTE.length];
+    const link = document.createElement("a");
+    link.href = `/runs/${encodeURIComponent(run.run)}/`;
+    link.textContent = run.label;
+    const state = document.createElement("span");
+    state.className = "muted";
+    state.textContent = run.state;
+    item.append(swatch, link, " ", state);
+    return item;
+  }));
 
   async function load() {
     stores = runs.map((run) => new RunSeries(run.run, PATTERNS, view.xMode));

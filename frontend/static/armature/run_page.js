@@ -80,10 +80,7 @@
       line("charts/SPS", "env steps/s", 5), line("charts/update_rate", "updates/s", 8, { scale: "value" })] },
   ];
   const charts = (OFF_POLICY ? OFF_POLICY_SPECS : SPECS).map((spec) => {
-    const box = document.createElement("figure");
-    box.className = "chart";
-    box.dataset.chart = spec.name;
-    box.innerHTML = `<figcaption>${spec.title}</figcaption><div class="plot"></div>`;
+    const box = ArmatureCharts.chartFigure(spec);
     document.getElementById("run-charts").appendChild(box);
     return new MetricChart(box.querySelector(".plot"), spec, view);
   });
@@ -306,6 +303,10 @@
     return rows;
   }
 
+  // Built with DOM calls: task names come from metric keys, which are the trainer's
+  // text, so they only ever become text nodes and attribute values. The header's sort
+  // buttons stay the same elements while the columns are the same (rows come and go
+  // with every push; a button replaced under the pointer would miss its click).
   function drawTaskTable() {
     const table = document.getElementById("task-table");
     const horizonsSeen = new Set();
@@ -313,19 +314,50 @@
     const hs = [...horizonsSeen].sort((a, b) => Number(a) - Number(b));
     const columns = [["task", "Task"], ["step", "Iteration"], ["rate", "Success"],
       ["successes", "Successes"], ["episodes", "Episodes"], ...hs.map((h) => [`h${h}`, `h${h}`])];
-    const arrow = (c) => (taskSort.column === c ? (taskSort.descending ? " ▼" : " ▲") : "");
-    const head = columns.map(([c, title]) =>
-      `<th scope="col" aria-sort="${taskSort.column === c ? (taskSort.descending ? "descending" : "ascending") : "none"}"><button type="button" class="sort" data-column="${c}">${title}${arrow(c)}</button></th>`).join("");
-    const body = taskRows().map((row) => {
-      const cells = columns.map(([c]) => {
+    const signature = columns.map(([c]) => c).join(" ");
+    let head = table.tHead;
+    if (!head || head.dataset.columns !== signature) {
+      const fresh = document.createElement("thead");
+      fresh.dataset.columns = signature;
+      const headRow = fresh.insertRow();
+      for (const [c, title] of columns) {
+        const th = document.createElement("th");
+        th.scope = "col";
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "sort";
+        button.dataset.column = c;
+        button.dataset.title = title;
+        th.append(button);
+        headRow.append(th);
+      }
+      if (head) head.replaceWith(fresh); else table.prepend(fresh);
+      head = fresh;
+    }
+    for (const button of head.querySelectorAll("button.sort")) {
+      const c = button.dataset.column;
+      const sorted = taskSort.column === c ? (taskSort.descending ? "descending" : "ascending") : "none";
+      const label = `${button.dataset.title}${sorted === "none" ? "" : sorted === "descending" ? " ▼" : " ▲"}`;
+      if (button.textContent !== label) button.textContent = label;
+      button.parentElement.setAttribute("aria-sort", sorted);
+    }
+    const body = document.createElement("tbody");
+    for (const row of taskRows()) {
+      const tr = document.createElement("tr");
+      tr.dataset.task = String(row.task);
+      for (const [c] of columns) {
         const v = c.startsWith("h") ? row.horizons?.[c.slice(1)] : row[c];
-        const shown = c === "task" ? `task ${v}` : (c === "rate" || c.startsWith("h")) ? formatNumber(v) : (v ?? "—");
-        const swatch = (c === "rate" || c.startsWith("h")) && v != null ? ` style="background:${rateColour(v).replace("48%)", "90%)")}"` : "";
-        return `<td data-column="${c}" data-value="${v ?? ""}"${swatch}>${shown}</td>`;
-      }).join("");
-      return `<tr data-task="${row.task}">${cells}</tr>`;
-    }).join("");
-    table.innerHTML = `<thead><tr>${head}</tr></thead><tbody>${body}</tbody>`;
+        const rate = c === "rate" || c.startsWith("h");
+        const td = document.createElement("td");
+        td.dataset.column = c;
+        td.dataset.value = v == null ? "" : String(v);
+        td.textContent = c === "task" ? `task ${v}` : rate ? formatNumber(v) : String(v ?? "—");
+        if (rate && v != null) td.style.background = rateColour(v).replace("48%)", "90%)");
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+    if (table.tBodies[0]) table.tBodies[0].replaceWith(body); else table.append(body);
   }
 
   document.getElementById("task-table").addEventListener("click", (event) => {

@@ -1,0 +1,124 @@
+"""A run page's socket sends a fragment only when it changed, and keeps every card that
+can change live: a checkpoint brings the Files card and the Evaluate form, an eval run's
+state change brings the Evaluations card of the run it evaluates."""
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from controlplane.realtime import publish
+from controlplane.realtime.routing import websocket_application
+from controlplane.runs import artifacts
+from controlplane.runs.evaluations import EvalRequest, request_evaluation
+from controlplane.runs.models import Run, RunState
+from controlplane.runs.state import transition
+from controlplane.runs.tokens import make_run_token
+from tests.runs import submitted_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def run() -> Run:
+    return submitted_run("cards")
+
+
+@pytest.fixture
+def operator(client):
+    user = get_user_model().objects.create_user("otto", password="pw-for-tests")
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    client.force_login(user)
+    return user, f"sessionid={client.cookies['sessionid'].value}"
+
+
+async def browser(run: Run, cookie: str) -> WebsocketCommunicator:
+    socket = WebsocketCommunicator(
+        websocket_application, f"/ws/runs/{run.pk}/",
+        headers=[(b"origin", b"http://localhost"), (b"cookie", cookie.encode())],
+    )  # fmt: skip
+    connected, code = await socket.connect()
+    assert connected, code
+    first = await socket.receive_from(timeout=10)  # everything, once
+    for part in ("run-header", "run-events", "run-processes", "run-files", "run-evaluations"):
+        assert f'id="{part}"' in first, part
+    return socket
+
+
+async def trainer(run: Run) -> WebsocketCommunicator:
+    socket = WebsocketCommunicator(
+        websocket_application, f"/ws/trainer/{run.pk}/",
+        headers=[(b"authorization", f"Bearer {make_run_token(run.pk)}".encode())],
+    )  # fmt: skip
+    connected, code = await socket.connect()
+    assert connected, code
+    return socket
+
+
+async def send(link: WebsocketCommunicator, message: dict) -> None:
+    await link.send_to(text_data=json.dumps({"v": 1, **message}))
+    assert json.loads(await link.receive_from(timeout=10))["type"] == "ack"
+
+
+def write_checkpoint(run: Run, iteration: int) -> str:
+    folder = artifacts.run_artifact_dir(run.pk) / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"iter_{iteration}.pt"
+    path.write_bytes(b"weights")
+    return str(path)
+
+
+async def test_only_the_fragments_that_changed_are_sent(run, operator):
+    page = await browser(run, operator[1])
+    link = await trainer(run)
+    await send(link, {"type": "progress", "seq": 1, "step": 3, "total": 10})
+    assert json.loads(await page.receive_from(timeout=10))["type"] == "progress"
+    header = await page.receive_from(timeout=10)
+    assert header.startswith('<div id="run-header"') and 'data-step="3"' in header
+    # A progress that moves nothing (the bar only goes forward): no fragment at all.
+    await send(link, {"type": "progress", "seq": 2, "step": 2, "total": 10})
+    assert json.loads(await page.receive_from(timeout=10))["type"] == "progress"
+    assert await page.receive_nothing(timeout=0.5)
+    # An event: the events list changes, the files and evaluations cards do not.
+    await send(link, {"type": "event", "seq": 3, "kind": "recovered", "data": {"what": "x"}})
+    fragments = await page.receive_from(timeout=10)
+    assert 'id="run-events"' in fragments and 'data-kind="recovered"' in fragments
+    assert 'id="run-files"' not in fragments and 'id="run-evaluations"' not in fragments
+    assert 'id="run-header"' not in fragments
+    await link.disconnect()
+    await page.disconnect()
+
+
+async def test_a_checkpoint_brings_its_file_and_the_evaluate_form(run, operator):
+    page = await browser(run, operator[1])
+    link = await trainer(run)
+    path = write_checkpoint(run, 4)
+    await send(link, {"type": "event", "seq": 1, "kind": "checkpoint",
+                      "data": {"iteration": 4, "path": path}})  # fmt: skip
+    fragments = await page.receive_from(timeout=10)
+    files = fragments[fragments.index('<section class="card" id="run-files"') :]
+    assert "checkpoints/iter_4.pt" in files.split("</section>")[0]
+    evaluations = fragments[fragments.index('<section class="card" id="run-evaluations"') :]
+    form = evaluations.split("</section>")[0]
+    assert 'id="evaluate-form"' in form and '<option value="4"' in form
+    await link.disconnect()
+    await page.disconnect()
+
+
+async def test_an_eval_runs_state_reaches_the_page_of_the_run_it_evaluates(
+    run, operator, monkeypatch
+):
+    monkeypatch.setattr(publish, "_in_web_process", True)  # this process holds the layer
+    user, cookie = operator
+    write_checkpoint(run, 4)
+    page = await browser(run, cookie)
+    evaluation, _ = await database_sync_to_async(request_evaluation)(
+        run, EvalRequest(checkpoint=4), user=user
+    )
+    await database_sync_to_async(transition)(evaluation.pk, RunState.SUBMITTING)
+    fragments = await page.receive_from(timeout=10)
+    assert f'<tr data-run="{evaluation.pk}" data-state="submitting">' in fragments
+    await page.disconnect()
