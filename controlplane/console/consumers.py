@@ -3,18 +3,32 @@ robots of one run. Thin: the safety rules live with the robots (trainer.envs.tel
 who may drive is the access table's call, and the messages' shape is
 trainer.link.console_messages. Commands go to the run's trainer link through its channel
 group; the trainer's live state comes back through the run's console group.
+
+The user's role is re-checked on every message (but `ping`): one cache read of their role
+version (controlplane.access.role_versions); only when it changed, the user and the
+session are read from the database again. A user who may no longer do what the socket
+was doing has what they hold let go (`link_lost`) and the socket closed: 4403 when they
+are logged in but may no longer drive (the page reconnects as a viewer), 4401 when the
+session no longer logs them in (logged out, deactivated, deleted).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.contrib.auth.base_user import AbstractBaseUser
 
+from controlplane.access import role_versions
 from controlplane.access.doors import SEE, verdict
-from controlplane.access.sockets import CLOSE_NOT_FOUND, GuardedConsumer
+from controlplane.access.sockets import (
+    CLOSE_FORBIDDEN,
+    CLOSE_NOT_FOUND,
+    CLOSE_UNAUTHENTICATED,
+    GuardedConsumer,
+)
 from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.runs.models import Run
@@ -22,13 +36,32 @@ from trainer.link.console_messages import InvalidConsoleMessage, parse_teleop
 
 CONTROL = "console-control"  # the part of this door that drives robots
 VIEW_OPS = {"watch"}
+# Close reasons (docs/console.md, "Who may drive").
+NO_LONGER_LOGGED_IN = "your session no longer logs you in: log in again"
+NO_LONGER_OPERATOR = "your role changed: driving needs the operator role"
+REFUSAL_STATUS = {CLOSE_UNAUTHENTICATED: 401, CLOSE_FORBIDDEN: 403}
+
+# Role versions are read off the one thread Django's sync code shares with every consumer
+# (database_sync_to_async): a cache read must not queue behind database work.
+current_role_version = sync_to_async(role_versions.current, thread_sensitive=False)
+role_version_to_start_from = sync_to_async(role_versions.seen_at_connect,
+                                           thread_sensitive=False)  # fmt: skip
 
 
 class ConsoleConsumer(GuardedConsumer):
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        self.user_id = self.scope["user"].pk
         self.operator = self.scope["user"].get_username()
         self.took_over = False
+        self.closed_for: str | None = None  # why a re-check closed this socket
+        session = self.scope.get("session")
+        self.session_key = session.session_key if session is not None else None
+        # The user as of now, read after the version this socket starts from: any change
+        # made since the request's middleware loaded them shows.
+        if await self._reload() is None:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
         if not await database_sync_to_async(Run.objects.filter(pk=self.run_id).exists)():
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -39,7 +72,13 @@ class ConsoleConsumer(GuardedConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
-        if getattr(self, "took_over", False):  # let go of what this operator held, at once
+        await self._let_go()
+
+    async def _let_go(self, held_or_not: bool = False) -> None:
+        """Let go of what this operator holds, at once (their console is gone): when this
+        socket took a robot over, or `held_or_not` (their other sockets may hold some)."""
+        if getattr(self, "took_over", False) or held_or_not:
+            self.took_over = False
             await self._to_trainer({"op": "link_lost"})
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -51,9 +90,11 @@ class ConsoleConsumer(GuardedConsumer):
             await self._send({"type": "error", "error": 'send JSON objects with an "op"'})
             return
         op = message["op"]
-        if op == "ping":  # the page's round-trip figure
+        if op == "ping":  # the page's round-trip figure: an echo, no role involved
             await self._send({"type": "pong", "t": message.get("t")})
             return
+        if self.closed_for is not None or not await self._still_allowed(op):
+            return  # closed: nothing of it reaches the trainer
         if op not in VIEW_OPS:
             decision = verdict(self.scope["user"], CONTROL, SEE)
             if not decision.allowed:
@@ -74,11 +115,50 @@ class ConsoleConsumer(GuardedConsumer):
         if op == "take_over":
             self.took_over = True
 
+    async def _still_allowed(self, op: str) -> bool:
+        """Whether the user may still use this socket as before; if not, what they hold
+        is let go and the socket closed. One cache read while nothing changed."""
+        version = await current_role_version(self.user_id)
+        if version is not None and version == self.role_version:
+            return True
+        could_drive = verdict(self.scope["user"], CONTROL, SEE).allowed
+        user = await self._reload()
+        if user is None:
+            await self._close_for(op, CLOSE_UNAUTHENTICATED, NO_LONGER_LOGGED_IN, could_drive)
+            return False
+        if could_drive and not verdict(user, CONTROL, SEE).allowed:
+            await self._close_for(op, CLOSE_FORBIDDEN, NO_LONGER_OPERATOR, could_drive)
+            return False
+        return True
+
+    async def _reload(self) -> AbstractBaseUser | None:
+        """Read the socket's user (and role) afresh, after the role version it now goes
+        by, so that any later change shows as a new version. None when the session no
+        longer logs that user in."""
+        self.role_version = await role_version_to_start_from(self.user_id)
+        user = await database_sync_to_async(role_versions.logged_in_user)(self.session_key)
+        if user is None or user.pk != self.user_id:
+            return None
+        self.scope["user"] = user
+        return user
+
+    async def _close_for(self, op: str, code: int, reason: str, could_drive: bool) -> None:
+        """Let go, say why (a last `refused` frame: not every server passes a close
+        reason on), and close with `code`."""
+        self.closed_for = reason
+        await self._let_go(held_or_not=could_drive)
+        await self._send({"type": "refused", "status": REFUSAL_STATUS[code], "op": op[:20],
+                          "error": reason, "close": code})  # fmt: skip
+        await self.close(code=code, reason=reason)
+
     async def _to_trainer(self, message: dict[str, Any]) -> None:
-        """Name the operator from the session and stamp the arrival, then validate."""
+        """Name the operator from the session, then validate. The command is stamped
+        when it is written to the run's link (controlplane.console.stamps), not here:
+        this process's clock may not be that one's."""
         teleop = parse_teleop(
-            {**message, "type": "teleop", "operator": self.operator, "sent_at": time.time()}
-        )
+            {**message, "type": "teleop", "operator": self.operator, "sent_at": None,
+             "clock": None}
+        )  # fmt: skip
         event = {"type": "teleop.command", "message": teleop.model_dump(mode="json")}
         here = local_links.of_run(self.run_id)
         if not here:

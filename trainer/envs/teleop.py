@@ -9,6 +9,8 @@ one place, whichever transport delivers the operator's messages.
   action on the very next step either way.
 - A command is applied only within `command_window_s` of when it was sent; an older one
   is never applied (the copy gets a zero action instead).
+- An action is `action_dim` finite numbers, clamped to [-1, 1] (`operator_action`, the
+  one place that decides it: the env and a robot's driver get the same action).
 - E-stop holds the copy with zero actions until it is cleared explicitly (`clear_stop`),
   whoever held it.
 - Every takeover is recorded (who, copy, start, end, steps, why it ended).
@@ -19,9 +21,10 @@ one place, whichever transport delivers the operator's messages.
   robot's env paces itself).
 
 Operator methods may be called from any thread (the link's receiving thread); `act`
-and `episode_ended` from the env's. Times are seconds of `clock` (monotonic by default):
-the transport stamps each command with that clock when it receives it minus the age the
-operator's side measured.
+and `episode_ended` from the env's. Times are seconds of `clock` (monotonic by default),
+a command's `sent_at` too: the transport (trainer.robots.console_bridge) turns the
+control plane's stamp into this clock's time, so a command's age is measured without
+either machine's wall clock (docs/console.md, "Command window").
 """
 
 from __future__ import annotations
@@ -41,6 +44,28 @@ POLICY, HUMAN, STOPPED, ESTOPPED = "policy", "human", "stopped", "e-stopped"
 
 class TeleopRefused(ValueError):
     """An operator's request that cannot be carried out, with the reason."""
+
+
+# Each of an operator's action's components is held to this range (the env's and a
+# robot driver's unit: a full-scale end-effector delta, the gripper fully open/closed).
+ACTION_LIMIT = 1.0
+
+
+def operator_action(action: Sequence[float], action_dim: int) -> torch.Tensor:
+    """The one decision of what an operator's action becomes, for the env and for a
+    robot's driver alike: exactly `action_dim` finite numbers, each clamped to
+    [-ACTION_LIMIT, ACTION_LIMIT] (1e30 drives at full scale, no further). A wrong
+    length, NaN or an infinity is refused (`TeleopRefused`): nothing of it is applied,
+    and the copy's last command ages out of its window as usual."""
+    try:  # float64 first: 1e39 is finite, though float32 would make it an infinity
+        values = torch.as_tensor(action, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        values = torch.empty(0)
+    if values.shape != (action_dim,):
+        raise TeleopRefused(f"an action is {action_dim} finite numbers, not {list(values.shape)}")
+    if not bool(values.isfinite().all()):
+        raise TeleopRefused(f"an action is {action_dim} finite numbers, not NaN or infinity")
+    return values.clamp(-ACTION_LIMIT, ACTION_LIMIT).to(torch.float32)
 
 
 @dataclass(frozen=True)
@@ -147,23 +172,21 @@ class TeleopSource:
         action: Sequence[float],
         sent_at: float,
         command_id: str | None = None,
-    ) -> None:
-        """The operator's action for the next steps (a command is a heartbeat too)."""
-        try:
-            values = torch.as_tensor(action, dtype=torch.float32)
-        except (TypeError, ValueError):
-            values = torch.empty(0)
-        if values.shape != (self.action_dim,) or not bool(values.isfinite().all()):
-            raise TeleopRefused(
-                f"an action is {self.action_dim} finite numbers, not {list(values.shape)}"
-            )
+    ) -> list[float] | None:
+        """The operator's action for the next steps (a command is a heartbeat too), as
+        `operator_action` makes it. Returns that action when it replaced the copy's
+        command, None when a newer one was already there (a late packet): what a
+        robot's driver may be sent, and nothing else. `sent_at` is in `clock`'s time."""
+        values = operator_action(action, self.action_dim)
         with self._lock:
             state = self._copy(copy)
             self._check_holder(state, copy, operator)
-            if sent_at >= state.sent_at:  # a late packet never replaces a newer command
-                state.command, state.sent_at = values.clamp(-1.0, 1.0), sent_at
-                state.command_id = command_id
             state.heartbeat = self.clock()
+            if sent_at < state.sent_at:  # a late packet never replaces a newer command
+                return None
+            state.command, state.sent_at = values, sent_at
+            state.command_id = command_id
+        return values.tolist()
 
     def mark(self, copy: int, operator: str, success: bool) -> None:
         """End the copy's episode on its next step, as a success or a failure."""

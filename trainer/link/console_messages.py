@@ -3,8 +3,9 @@
 Two kinds, neither stored nor acknowledged (they are live: a lost one is superseded by
 the next):
 - ``teleop``: the control plane → the trainer, an operator's command for one robot. The
-  web server names the operator (from the logged-in session, never from the browser)
-  and stamps ``sent_at`` with its clock when the browser's message arrived.
+  web server names the operator (from the logged-in session, never from the browser);
+  the process that holds the run's link stamps ``sent_at`` with its monotonic clock as
+  it writes the command to the link, and names that clock in ``clock``.
 - ``console``: the trainer → the control plane, each robot's state several times a
   second, a camera frame of the robots being watched, replies to commands and which
   commands were applied.
@@ -25,6 +26,7 @@ MAX_ROBOTS = 256
 
 Name = Annotated[str, Field(min_length=1, max_length=150)]
 CommandId = Annotated[str, Field(min_length=1, max_length=64)]
+ClockName = Annotated[str, Field(min_length=1, max_length=64)]
 Op = Literal[
     "take_over", "release", "command", "heartbeat", "estop", "clear_stop", "mark", "watch",
     "link_lost",
@@ -42,7 +44,12 @@ class Teleop(_Strict):
     robot: int | None = Field(None, ge=0)  # which robot (env copy); none for link_lost
     action: list[float] | None = Field(None, max_length=MAX_ACTION_DIM)
     success: bool | None = None  # for mark
-    sent_at: float = Field(ge=0)  # the web server's time.time() at the browser's message
+    # The time.monotonic() of the web server process holding the link, as it wrote this
+    # command to the link; absent until then (the browser's claim is never taken).
+    sent_at: float | None = Field(None, ge=0)
+    # Names the clock of `sent_at` (one per web server process): a new name means a
+    # clock unrelated to the last one (the link reconnected to another process).
+    clock: ClockName | None = None
     id: CommandId | None = None  # echoed in the reply and in `applied`
 
 

@@ -3,6 +3,11 @@ go to the run's `TeleopSource` (which keeps every safety rule), and the robots' 
 camera frames, replies and applied commands go back as live `console` messages several
 times a second. Each takeover that ends is sent as a stored `takeover` event, for the
 audit (trainer.link.console_messages has both message kinds).
+
+A command's server stamp becomes the source's clock's time here (`ServerClock`), and a
+robot's driver is sent only the action the source decided on (`operator_action`:
+validated and clamped), never the message's own numbers. Times that leave the trainer
+(`applied`, the audit) are wall-clock times.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from trainer.link.console_messages import (
 )
 from trainer.link.environment import Link
 from trainer.robots.driver import RobotDriver
+from trainer.robots.server_clock import ServerClock
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,7 @@ class ConsoleBridge:
         self._applied: list[Applied] = []
         self._watched: dict[int, float] = {}  # robot → watched until
         self._audited = 0  # takeovers already sent as events
+        self.server_clock = ServerClock()
         for robot in self.robots:
             robot.connect()
         source.on_applied = self._on_applied
@@ -70,14 +77,18 @@ class ConsoleBridge:
 
     # ----- commands (the link's thread) -------------------------------------------------
     def handle(self, data: dict[str, Any]) -> None:
+        arrival = self.source.clock()  # first: the command's wait here counts in its age
         try:
             message = parse_teleop(data)
         except InvalidConsoleMessage as error:
             operator, op = str(data.get("operator", ""))[:150], str(data.get("op"))[:20]
             self._reply(Reply(operator=operator, op=op, ok=False, error=str(error)[:500]))
             return
+        sent_at = None
+        if message.sent_at is not None:  # every stamp is a pair for the clock's estimate
+            sent_at = self.server_clock.local_time(message.sent_at, arrival, message.clock)
         try:
-            self._carry_out(message)
+            self._carry_out(message, sent_at)
         except TeleopRefused as refused:
             self._reply(Reply(operator=message.operator, id=message.id, op=message.op, ok=False,
                               error=str(refused)[:500]))  # fmt: skip
@@ -88,7 +99,8 @@ class ConsoleBridge:
         if message.op in PUBLISH_AT_ONCE:
             self.publish()
 
-    def _carry_out(self, message: Teleop) -> None:
+    def _carry_out(self, message: Teleop, sent_at: float | None) -> None:
+        """`sent_at`: when the command was sent, in the source's clock."""
         op, operator = message.op, message.operator
         if op == "link_lost":
             self.source.link_lost(operator)
@@ -110,8 +122,11 @@ class ConsoleBridge:
         elif op == "command":
             if message.action is None:
                 raise TeleopRefused("a command needs an action")
-            self.source.command(robot, operator, message.action, message.sent_at, message.id)
-            self.robots[robot].send_action(message.action)
+            if sent_at is None:
+                raise TeleopRefused("a command needs the server's sent_at")
+            action = self.source.command(robot, operator, message.action, sent_at, message.id)
+            if action is not None:  # the validated, clamped action; None: superseded
+                self.robots[robot].send_action(action)
         elif op == "estop":
             self.source.estop(robot, operator)
             self.robots[robot].stop()
@@ -128,7 +143,11 @@ class ConsoleBridge:
 
     def _on_applied(self, command_id: str, at: float) -> None:
         with self._lock:
-            self._applied.append(Applied(id=command_id, at=at))
+            self._applied.append(Applied(id=command_id, at=self._wall(at)))
+
+    def _wall(self, at: float) -> float:
+        """A time of the source's clock as a wall-clock time (for the audit, the page)."""
+        return time.time() - (self.source.clock() - at)
 
     # ----- state out (the bridge's thread) ----------------------------------------------
     def _run(self) -> None:
@@ -193,15 +212,18 @@ class ConsoleBridge:
 
     def _audit(self) -> None:
         """Each takeover that ended since the last call, as a stored event."""
-        ended = self.source.takeovers[self._audited :]
-        self._audited += len(ended)
-        for takeover in ended:
+        finished = self.source.takeovers[self._audited :]
+        self._audited += len(finished)
+        for takeover in finished:
+            ended = takeover.ended
             self.link.event(
                 "takeover",
                 {
                     "operator": takeover.operator, "robot": takeover.copy,
-                    "robot_name": self.robots[takeover.copy].name, "started": takeover.started,
-                    "ended": takeover.ended or time.time(), "steps": takeover.steps,
+                    "robot_name": self.robots[takeover.copy].name,
+                    "started": self._wall(takeover.started),
+                    "ended": time.time() if ended is None else self._wall(ended),
+                    "steps": takeover.steps,
                     "reason": takeover.reason or "",
                 },
             )  # fmt: skip

@@ -34,7 +34,15 @@ class RobotDriver(Protocol):
         ...
 
     def send_action(self, action: Sequence[float]) -> None:
-        """One control step's action: 6-DoF end-effector delta and gripper, in [-1, 1]."""
+        """One control step's action: 6-DoF end-effector delta and gripper.
+
+        Every caller first passes the action through `trainer.envs.teleop.operator_action`,
+        so it is exactly the env's `action_dim` finite floats, each in [-1, 1]: an
+        operator's wrong-length, NaN or infinite action never gets here, and 1e30 arrives
+        as 1.0. Today's one caller is the console bridge, which sends the action its
+        teleop source will apply; a real arm's env, calling this in its `step`, must do
+        the same with whatever it steps with (the policy's actions included). A driver
+        scales it to its arm's own limits, which it still enforces."""
         ...
 
     def stop(self) -> None:
@@ -70,7 +78,8 @@ class SimulatedRobot:
         return {"top": render(self.copy, self.frame_size).numpy()}
 
     def send_action(self, action: Sequence[float]) -> None:
-        """Noted for `read_state`: the env applies its copies' actions in its own step."""
+        """Noted for `read_state`: the env applies its copies' actions in its own step
+        (the same validated, clamped action: see `RobotDriver.send_action`)."""
         self.last_action = [round(float(v), 3) for v in action]
         self.stopped = False
 

@@ -4,8 +4,6 @@ simulated robot, commands arriving over the run's link)."""
 
 from __future__ import annotations
 
-import time
-
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig, InterventionConfig
 from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
@@ -37,11 +35,11 @@ def with_interventions(env: VectorEnv, config: ExperimentConfig, link: Link | No
 
 
 def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> InterventionEnv:
+    # On its default clock, time.monotonic: the bridge turns the server's stamps into it.
     source = TeleopSource(
         env.num_envs, env.action_dim,
         TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
                        settings.control_hz, settings.real_time),
-        clock=time.time,  # commands carry the web server's time.time()
     )  # fmt: skip
     robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
     wrapped = InterventionEnv(env, source)

@@ -4,133 +4,27 @@ intervention wrapper, as an RLPD run steps it. What the env applied is the evide
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 import torch
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.test import Client
-from websockets.sync.client import connect
 
 from controlplane.runs.models import RunEvent
-from controlplane.runs.tokens import make_run_token
+from tests.controlplane.console.scene import (
+    PUSH,
+    Console,
+    Robots,
+    first_zero_action,
+    keep_driving,
+    login,
+)
 from tests.processes import wait_until
 from tests.runs import submitted_run
-from trainer.envs.builtin_reach import BuiltinReachEnv
-from trainer.envs.intervention import InterventionEnv
-from trainer.envs.teleop import TeleopSettings, TeleopSource
-from trainer.link import TrainerLink
-from trainer.robots.console_bridge import ConsoleBridge
-from trainer.robots.driver import SimulatedRobot
+from trainer.envs.teleop import TeleopSettings
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-POLICY_ACTION = 0.5
-PUSH = [1.0, 0, 0, 0, 0, 0, -1.0]
-
-
-class Robots:
-    """Two simulated robots stepping at `hz` behind the run's link, with every step's
-    applied actions recorded as (time, actions, intervened)."""
-
-    def __init__(self, url: str, run_id: int, settings: TeleopSettings, hz: float = 200.0):
-        self.env_core = BuiltinReachEnv(2, seed=0)
-        self.source = TeleopSource(2, 7, settings, clock=time.time)
-        self.env = InterventionEnv(self.env_core, self.source)
-        self.link = TrainerLink(url, run_id, make_run_token(run_id))
-        robots = [SimulatedRobot(self.env_core, copy, f"sim-{copy}") for copy in range(2)]
-        self.bridge = ConsoleBridge(self.link, self.source, robots, lambda: "reach_red")
-        self.steps: list[tuple[float, torch.Tensor, torch.Tensor]] = []
-        self.ends: list[tuple[float, torch.Tensor, torch.Tensor]] = []  # terminated, success
-        self.period, self.paused = 1.0 / hz, threading.Event()
-        self._stop = threading.Event()
-        self.env.reset(0, self.env.init_states(0)[:2])
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self.paused.is_set():
-                step = self.env.step(torch.full((2, 7), POLICY_ACTION))
-                now = time.time()
-                self.steps.append((now, step.applied_actions[:], step.intervened[:]))
-                if bool(step.done.any()):
-                    self.ends.append((now, step.terminated.clone(), step.success.clone()))
-            time.sleep(self.period)
-
-    def after(self, since: float) -> list[tuple[float, torch.Tensor, torch.Tensor]]:
-        return [step for step in list(self.steps) if step[0] > since]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.bridge.close()
-        self.link.close(timeout=10)
-
-
-class Console:
-    """A browser's console socket, with the messages it received."""
-
-    def __init__(self, url: str, run_id: int, cookie: str, operator: str):
-        self.operator = operator
-        self.socket = connect(
-            url.replace("http", "ws") + f"/ws/console/{run_id}/",
-            additional_headers={"Cookie": cookie}, origin=url, open_timeout=10,
-        )  # fmt: skip
-        self.received: list[dict] = []
-        self.sent_mark = 0  # what had arrived when the last message was sent
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for raw in self.socket:
-                self.received.append(json.loads(raw))
-        except Exception:  # closed
-            pass
-
-    def send(self, **message) -> None:
-        self.sent_mark = len(self.received)
-        self.socket.send(json.dumps(message))
-
-    def wait_for(self, test, what: str, timeout: float = 10.0) -> dict:
-        """The first message since the last send that passes `test`."""
-        found: list[dict] = []
-
-        def seen() -> bool:
-            found[:] = [m for m in self.received[self.sent_mark :] if test(m)]
-            return bool(found)
-
-        wait_until(seen, timeout, what, 0.01)
-        return found[0]
-
-    def reply(self, op: str, operator: str) -> dict:
-        def test(message: dict) -> bool:
-            return message.get("type") == "console" and any(
-                r["op"] == op and r["operator"] == operator for r in message["replies"]
-            )
-
-        message = self.wait_for(test, f"the reply to {operator}'s {op}")
-        return next(r for r in message["replies"] if r["op"] == op and r["operator"] == operator)
-
-    def take_over(self, robot: int) -> None:
-        self.send(op="take_over", robot=robot)
-        assert self.reply("take_over", self.operator)["ok"]
-
-    def close(self) -> None:
-        self.socket.close()
-
-
-def login(name: str, role: str | None) -> str:
-    user = get_user_model().objects.create_user(name, password="pw-for-tests")
-    if role:
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}"
 
 
 @pytest.fixture
@@ -155,22 +49,6 @@ def scene(web):
         thing.close()
 
 
-def keep_driving(console: Console, stop: threading.Event, robot: int = 0) -> threading.Thread:
-    """The page's control loop: a command every 25 ms while the operator holds the robot."""
-
-    def drive() -> None:
-        while not stop.is_set():
-            try:
-                console.send(op="command", robot=robot, action=PUSH)
-            except Exception:
-                return
-            time.sleep(0.025)
-
-    thread = threading.Thread(target=drive, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_a_viewer_cannot_take_over(scene):
     _, make = scene
     robots, consoles = make()
@@ -189,7 +67,9 @@ def test_a_viewer_cannot_take_over(scene):
 
 def test_two_operators_one_lock_and_the_other_sees_who_holds_it(scene):
     _, make = scene
-    robots, consoles = make()
+    # A long deadman: olga sends no heartbeats between her take-over and her release,
+    # several round trips later (more than 0.15 s on a busy machine).
+    robots, consoles = make(TeleopSettings(deadman_s=5.0))
     consoles["olga"].send(op="take_over", robot=0)
     assert consoles["olga"].reply("take_over", "olga")["ok"]
     consoles["ivan"].send(op="take_over", robot=0)
@@ -325,18 +205,6 @@ def test_bad_console_messages_get_an_error_naming_what_is_wrong(scene):
     olga.wait_for(lambda m: m.get("error") == 'send JSON objects with an "op"', "the error")
     olga.send(op="take_over", robot=7)
     assert "there is no robot 7" in olga.reply("take_over", "olga")["error"]
-
-
-def first_zero_action(robots: Robots, since: float) -> float:
-    """When robot 0 first stepped with a zero action after `since`."""
-    found: list[float] = []
-
-    def zero() -> bool:
-        found[:] = [t for t, a, _ in robots.after(since) if bool(a[0].eq(0).all())][:1]
-        return bool(found)
-
-    wait_until(zero, 5, "a zero action", 0.005)
-    return found[0]
 
 
 def wait_until_event(run, kind: str) -> RunEvent:

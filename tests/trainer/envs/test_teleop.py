@@ -129,6 +129,17 @@ def test_bad_requests_are_named():
         source.command(0, "olga", [float("nan")] * 7, sent_at=clock.now)
 
 
+def test_a_command_returns_the_one_action_the_env_will_apply():
+    env, source, clock = scene()
+    source.take_over(0, "olga")
+    # 1e39 is a finite number (beyond float32's range): clamped like 1e30, not refused.
+    action = source.command(0, "olga", [1e30, -1e30, 1e39, 0.25, -7, 0, 1], sent_at=clock.now)
+    assert action == [1.0, -1.0, 1.0, 0.25, -1.0, 0.0, 1.0]
+    assert step(env).applied_actions[0].tolist() == action
+    # A late packet is a heartbeat, not an action: nothing for a robot's driver.
+    assert source.command(0, "olga", [0.5] * 7, sent_at=clock.now - 0.01) is None
+
+
 def test_operator_messages_from_another_thread_while_the_env_steps():
     env, source, clock = scene()
     source.take_over(0, "olga")

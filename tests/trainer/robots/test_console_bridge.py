@@ -1,0 +1,107 @@
+"""A robot's driver gets only the action the teleop source decided on (validated and
+clamped, the same the env applies), whatever numbers an operator's message carried."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from trainer.envs.builtin_reach import BuiltinReachEnv
+from trainer.envs.intervention import InterventionEnv
+from trainer.envs.teleop import TeleopSettings, TeleopSource
+from trainer.link.environment import NullLink
+from trainer.robots.console_bridge import ConsoleBridge
+from trainer.robots.driver import SimulatedRobot
+
+SERVER_CLOCK = "web-1"
+
+
+class RecordingRobot(SimulatedRobot):
+    """A simulated robot that keeps every action it was sent, as sent."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[list[float]] = []
+
+    def send_action(self, action: Sequence[float]) -> None:
+        self.sent.append(list(action))
+        super().send_action(action)
+
+
+class RecordingLink(NullLink):
+    """The run's link, keeping what the bridge sends the console."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict] = []
+
+    def live(self, payload: dict) -> None:
+        self.frames.append(payload)
+
+
+@pytest.fixture
+def scene():
+    core = BuiltinReachEnv(1, seed=0)
+    source = TeleopSource(1, 7, TeleopSettings(deadman_s=5.0))
+    env = InterventionEnv(core, source)
+    env.reset(0, env.init_states(0)[:1])
+    robot = RecordingRobot(core, 0, "sim-0")
+    link = RecordingLink()
+    bridge = ConsoleBridge(link, source, [robot], frames_per_s=1.0)
+    bridge.handle(teleop("take_over"))
+    yield env, robot, link, bridge
+    bridge.close()
+
+
+def teleop(op: str, **fields) -> dict:
+    """A command as the link delivers it, stamped by the server just now."""
+    return {"type": "teleop", "op": op, "operator": "olga", "robot": 0,
+            "sent_at": time.monotonic(), "clock": SERVER_CLOCK, **fields}  # fmt: skip
+
+
+def replies(link: RecordingLink, bridge: ConsoleBridge, op: str) -> list[dict]:
+    bridge.publish()
+    return [r for frame in link.frames for r in frame["replies"] if r["op"] == op]
+
+
+@pytest.mark.parametrize(
+    "action, clamped",
+    [
+        ([1e30, -1e30, 0.5, -2.0, 0.0, 0.0, 1.0], [1.0, -1.0, 0.5, -1.0, 0.0, 0.0, 1.0]),
+        ([1e39, -1e300, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+    ],
+)
+def test_the_driver_gets_the_clamped_action_the_env_applies(scene, action, clamped):
+    env, robot, _, bridge = scene
+    bridge.handle(teleop("command", action=action, id="c1"))
+    assert robot.sent == [clamped]
+    assert env.step(torch.zeros(1, 7)).applied_actions[0].tolist() == clamped
+
+
+@pytest.mark.parametrize(
+    "action, error",
+    [
+        ([float("nan")] * 7, "Input should be a finite number"),
+        ([0.1, float("inf"), 0, 0, 0, 0, 0], "Input should be a finite number"),
+        ([-float("inf")] + [0.0] * 6, "Input should be a finite number"),
+        ([0.1, 0.2, 0.3], "an action is 7 finite numbers, not [3]"),
+        ([0.1] * 8, "an action is 7 finite numbers, not [8]"),
+    ],
+)
+def test_an_action_that_is_not_seven_finite_numbers_never_reaches_the_driver(scene, action, error):
+    env, robot, link, bridge = scene
+    bridge.handle(teleop("command", action=action, id="bad"))
+    assert robot.sent == []
+    (reply,) = replies(link, bridge, "command")
+    assert not reply["ok"] and error in reply["error"]
+    assert env.step(torch.zeros(1, 7)).applied_actions[0].tolist() == [0.0] * 7  # held still
+
+
+def test_a_command_superseded_by_a_newer_one_is_not_sent_to_the_driver(scene):
+    _, robot, _, bridge = scene
+    late = teleop("command", action=[0.9] * 7, id="late")
+    bridge.handle(teleop("command", action=[0.2] * 7, id="new"))
+    bridge.handle(late)  # stamped before "new", arrived after it
+    assert robot.sent == [pytest.approx([0.2] * 7)]
