@@ -207,10 +207,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def artifact(self, request: Request, pk: str, path: str) -> FileResponse:
         """Download one of the run's files."""
         try:
-            found = artifacts.artifact_path(self.get_object().pk, path)
+            found = artifacts.open_artifact(self.get_object().pk, path)
         except artifacts.ArtifactNotFound:
             raise Http404(f"run {pk} has no file {path!r}") from None
-        return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
+        return FileResponse(found, as_attachment=True, filename=path.rpartition("/")[2])
 
     @extend_schema(parameters=[
         OpenApiParameter("after", int, description="events after this id (the cursor)"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +13,7 @@ from controlplane.console import live
 from controlplane.inventory.models import Robot
 from controlplane.inventory.selectors import robots as inventory_robots
 from controlplane.runs.models import ACTIVE_STATES, Run, RunEvent
+from trainer.link.protocol import MAX_WALL_TIME
 
 
 @dataclass
@@ -41,16 +43,22 @@ def inventory_robots_with_status() -> list[tuple[Robot, OnlineRobot | None]]:
 
 @dataclass
 class TakeoverRow:
+    """One takeover as the audit shows it. A field the stored event does not hold in a
+    readable form (an event stored before the link protocol bounded it) is None, and
+    the page says so in its place."""
+
     run: Run
-    operator: str
-    robot: str
-    started: datetime
-    ended: datetime
-    steps: int
-    reason: str
+    operator: str | None
+    robot: str | None
+    started: datetime | None
+    ended: datetime | None
+    steps: int | None
+    reason: str | None
 
     @property
-    def seconds(self) -> float:
+    def seconds(self) -> float | None:
+        if self.started is None or self.ended is None:
+            return None
         return (self.ended - self.started).total_seconds()
 
 
@@ -60,19 +68,32 @@ def takeovers(limit: int = 500) -> list[TakeoverRow]:
         RunEvent.objects.filter(kind="takeover").select_related("run__experiment")
         .order_by("-created_at", "-pk")[:limit]
     )  # fmt: skip
-    return [
-        TakeoverRow(
-            run=event.run,
-            operator=event.data["operator"],
-            robot=event.data["robot_name"],
-            started=_when(event.data["started"]),
-            ended=_when(event.data["ended"]),
-            steps=event.data["steps"],
-            reason=event.data["reason"],
-        )  # fmt: skip
-        for event in events
-    ]
+    return [_takeover_row(event) for event in events]
 
 
-def _when(seconds: float) -> datetime:
+def _takeover_row(event: RunEvent) -> TakeoverRow:
+    data = event.data if isinstance(event.data, dict) else {}
+    steps = data.get("steps")
+    return TakeoverRow(
+        run=event.run,
+        operator=_text(data.get("operator")),
+        robot=_text(data.get("robot_name")),
+        started=_when(data.get("started")),
+        ended=_when(data.get("ended")),
+        steps=steps if type(steps) is int else None,
+        reason=_text(data.get("reason")),
+    )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _when(seconds: Any) -> datetime | None:
+    """The time of Unix `seconds` as the link protocol bounds it (0..MAX_WALL_TIME);
+    None for anything else (a date no page can show, or not a number)."""
+    if type(seconds) not in (int, float) or not math.isfinite(seconds):
+        return None
+    if not 0 <= seconds <= MAX_WALL_TIME:
+        return None
     return datetime.fromtimestamp(seconds, tz=UTC)

@@ -7,6 +7,12 @@ sees a point the database does not have, and a lost broadcast loses nothing. Mes
 that arrive while a write is under way are stored together in the next transaction
 (group commit: one commit for many messages when the trainer sends faster than one
 commit takes), then acknowledged in order.
+
+What a link holds in memory is bounded: a trainer keeps at most MAX_IN_FLIGHT messages
+unanswered (trainer.link.protocol), so a link with more waiting here (the inbox and the
+write under way) is closed (CLOSE_TOO_MANY_IN_FLIGHT); stored messages waiting to be
+broadcast are bounded too (MAX_OUTBOX), and refused frames are counted without waiting
+on the database.
 """
 
 import asyncio
@@ -25,36 +31,46 @@ from controlplane.access.sockets import (
     bearer_token,
 )
 from controlplane.console import live
+from controlplane.console.stamps import stamped_command
 from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.realtime.publish import publish_async
 from controlplane.runs import telemetry
 from trainer.link.console_messages import InvalidConsoleMessage, parse_console
+from trainer.link.protocol import CLOSE_TOO_MANY_IN_FLIGHT, MAX_IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CLOSE_FORBIDDEN", "CLOSE_NOT_FOUND", "CLOSE_RUN_FINISHED", "TrainerConsumer"]
 
 # Storage failed: the trainer reconnects and resends what was not acknowledged.
-CLOSE_INTERNAL_ERROR = 1011
+# (An application may close only with 1000 or 3000-4999: not 1011. Outside 44xx, so
+# the trainer's client reconnects.)
+CLOSE_INTERNAL_ERROR = 4011
 # The run reached a final state while its link was open: its token is spent. A 44xx
 # code, so the trainer's client stops reconnecting (trainer.link.client.CLOSE_RUN_ENDED).
 CLOSE_RUN_FINISHED = 4410
 
 
-def _store(run_id: int, batch: list[dict], attempt: int, known_keys: dict[str, int]) -> list:
-    """`telemetry.record_many` on this pool thread's kept connection. Unlike
+def _store(
+    run_id: int, batch: list[dict], attempt: int, known_keys: dict[str, int]
+) -> tuple[list[bool], set[str]]:
+    """`telemetry.record_many` on this pool thread's kept connection: which messages were
+    new, and the metric keys refused (past the run's cap). Unlike
     `database_sync_to_async` it does not health-check the connection first (a round
     trip per write); a connection that failed is closed here instead, and the next
     write opens a new one."""
+    refused: set[str] = set()
     try:
-        stored = telemetry.record_many(run_id, batch, attempt, known_keys=known_keys)
+        stored = telemetry.record_many(
+            run_id, batch, attempt, known_keys=known_keys, refused_keys=refused
+        )
     except Exception:
         connection.close()
         raise
     if connection.close_at is not None and time.monotonic() >= connection.close_at:
         connection.close()  # older than DB_CONN_MAX_AGE
-    return stored
+    return stored, refused
 
 
 # Writes run in the thread pool, not in the one thread that `database_sync_to_async`
@@ -65,6 +81,10 @@ store_in_pool = sync_to_async(_store, thread_sensitive=False)
 # Messages stored in one transaction at most: a replayed spool is taken in slices, each
 # acknowledged as soon as it is committed.
 MAX_BATCH = 100
+# Stored messages waiting to be broadcast, at most (the oldest are dropped past it, when
+# the channel layer is slower than the database: browsers read back what they missed).
+# A publish takes a batch at a time, far faster than a write: normally a batch or two wait.
+MAX_OUTBOX = MAX_IN_FLIGHT
 # Console messages: `"type": "console"` opens them (trainer.link.console_messages).
 CONSOLE_PREFIX = '"console"'
 MAX_CONSOLE_CHARS = 2_000_000
@@ -87,6 +107,11 @@ class TrainerConsumer(GuardedConsumer):
         self.outbox: list[dict] = []  # stored messages waiting to be broadcast
         self.broadcaster: asyncio.Task | None = None
         self.remembered_at = 0.0
+        self.unanswered = 0  # valid messages received and not yet acknowledged
+        self.most_unanswered = 0  # the most there were at once (for tests and logs)
+        self.closing = False  # closed by this end: frames still arriving are not read
+        self.rejected = 0  # refused frames not yet counted on the run
+        self.counter: asyncio.Task | None = None
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         local_links.add(self.run_id, self)
@@ -108,6 +133,8 @@ class TrainerConsumer(GuardedConsumer):
         await self.close(code=CLOSE_RUN_FINISHED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.closing:
+            return
         if text_data is not None and CONSOLE_PREFIX in text_data[:40]:
             await self._console(text_data)
             return
@@ -117,12 +144,43 @@ class TrainerConsumer(GuardedConsumer):
             message = telemetry.parse_message(text_data)
         except telemetry.InvalidMessage as invalid:
             log.info("run %s: refused a message: %s", self.run_id, invalid.error)
-            await database_sync_to_async(telemetry.count_rejected)(self.run_id)
+            self._count_rejected()
             await self._reply({"type": "error", "seq": invalid.seq, "error": invalid.error})
+            return
+        self.unanswered += 1
+        self.most_unanswered = max(self.most_unanswered, self.unanswered)
+        if self.unanswered > MAX_IN_FLIGHT:
+            await self._close_too_many_in_flight()
             return
         self.inbox.append(message)
         if self.writer is None or self.writer.done():
             self.writer = asyncio.ensure_future(self._write())
+
+    async def _close_too_many_in_flight(self) -> None:
+        """The trainer sent more than the protocol's window without waiting for answers:
+        the link is closed and what waits here dropped (unacknowledged, so a trainer that
+        reconnects sends it again), rather than memory growing with the flood."""
+        log.warning("run %s: more than %d messages in flight; closing the link (%d)",
+                    self.run_id, MAX_IN_FLIGHT, CLOSE_TOO_MANY_IN_FLIGHT)  # fmt: skip
+        self.closing = True
+        self.inbox.clear()
+        await self.close(code=CLOSE_TOO_MANY_IN_FLIGHT)
+
+    def _count_rejected(self) -> None:
+        """Count a refused frame on the run, many per database write, in the background:
+        a stream of bad frames is answered as fast as it comes."""
+        self.rejected += 1
+        if self.counter is None or self.counter.done():
+            self.counter = asyncio.ensure_future(self._save_rejected())
+
+    async def _save_rejected(self) -> None:
+        while self.rejected:
+            count, self.rejected = self.rejected, 0
+            try:
+                await database_sync_to_async(telemetry.count_rejected)(self.run_id, count)
+            except Exception:  # only a count: never worth the link
+                log.warning("run %s: could not count %d refused messages", self.run_id,
+                            count, exc_info=True)  # fmt: skip
 
     async def _console(self, text: str) -> None:
         """A live console message: checked, passed to the run's consoles, and kept as
@@ -143,8 +201,10 @@ class TrainerConsumer(GuardedConsumer):
             await sync_to_async(live.remember)(self.run_id, console)
 
     async def teleop_command(self, event: dict) -> None:
-        """An operator's command from a console (controlplane.console.consumers)."""
-        await self.send(text_data=json.dumps(event["message"]))
+        """An operator's command from a console (controlplane.console.consumers), stamped
+        with this process's monotonic clock as it is written to the link: the trainer
+        judges the command's age on that one clock (controlplane.console.stamps)."""
+        await self.send(text_data=stamped_command(event["message"]))
 
     async def _write(self) -> None:
         """Store what is in the inbox in one transaction, acknowledge, broadcast; again
@@ -152,23 +212,35 @@ class TrainerConsumer(GuardedConsumer):
         while self.inbox:
             batch, self.inbox = self.inbox[:MAX_BATCH], self.inbox[MAX_BATCH:]
             try:
-                stored = await store_in_pool(self.run_id, batch, self.attempt, self.known_keys)
+                stored, refused = await store_in_pool(
+                    self.run_id, batch, self.attempt, self.known_keys
+                )
             except Exception:
                 log.exception("run %s: could not store %d messages", self.run_id, len(batch))
                 self.known_keys.clear()  # rows made in the failed transaction are gone
                 self.inbox.clear()  # unacknowledged: the trainer resends them
+                self.closing = True
                 await self.close(code=CLOSE_INTERNAL_ERROR)
                 return
+            if self.counter is not None and not self.counter.done():
+                # Frames refused before these messages are counted before they are acked.
+                await asyncio.shield(self.counter)
             for message in batch:
-                await self._reply({"type": "ack", "seq": message["seq"]})
+                await self._reply(telemetry.ack(message, refused))
+                self.unanswered -= 1
             # Broadcast beside the next write, not before it: publishing to the channel
             # layer then overlaps the next commit.
             self.outbox += [message for message, new in zip(batch, stored, strict=True) if new]
+            if len(self.outbox) > MAX_OUTBOX:
+                log.warning("run %s: broadcasts fall behind; %d left out", self.run_id,
+                            len(self.outbox) - MAX_OUTBOX)  # fmt: skip
+                del self.outbox[:-MAX_OUTBOX]
             if self.outbox and (self.broadcaster is None or self.broadcaster.done()):
                 self.broadcaster = asyncio.ensure_future(self._broadcast())
 
     async def _reply(self, reply: dict) -> None:
-        await self.send(text_data=json.dumps(reply))
+        if not self.closing:
+            await self.send(text_data=json.dumps(reply))
 
     async def _broadcast(self) -> None:
         """Tell browsers about stored messages, in order, many per publish."""

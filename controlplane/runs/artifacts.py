@@ -1,22 +1,38 @@
-"""Where a run's files live, and reading them back for the run page and the API.
+"""Where a run's files live, and reading them back for the run page, the API and the
+control plane's own use (the link spool).
 
 Every run owns one folder, `<ARTIFACTS_DIR>/run-<id>/`, outside Ray's temporary copy of
 the job's working directory: the trainer is told it explicitly (`--output-dir`), so two
 runs never share it and a resumed or resubmitted run continues in it. When Ray spans
 several nodes the folder must be on storage every node and the control plane can reach
 (NFS, or an object store mounted as a file system).
+
+Jobs write to that storage, so nothing in a run's folder is trusted to be what its name
+says: reading goes one path component at a time from the real artifacts root, through
+open directory descriptors, and never follows a symbolic link (the run folder itself, a
+sub-folder or a file). A link a job made, to `/` or to another run's folder, is simply
+not there for the control plane; swapping one in between a check and a read cannot
+help, because there is no separate check.
 """
 
+import os
 import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 
 MAX_LISTED_FILES = 2000
 # How the trainer names a checkpoint in a run's folder (trainer.runner.checkpoints).
 CHECKPOINT_NAME = re.compile(r"^iter_(\d+)\.pt$")
+# Every descriptor opened below the root: no link followed, no waiting on a FIFO.
+_NO_LINKS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | _NO_LINKS
 
 
 class ArtifactNotFound(Exception):
@@ -31,38 +47,94 @@ class ArtifactFile:
 
 
 def run_artifact_dir(run_id: int) -> Path:
+    """Where the run's folder is meant to be (for the trainer to write to)."""
     return Path(settings.ARTIFACTS_DIR) / f"run-{run_id}"
 
 
-def list_artifacts(run_id: int) -> list[ArtifactFile]:
-    """The run's files, checkpoints first, then by path (at most MAX_LISTED_FILES)."""
-    root = run_artifact_dir(run_id)
-    if not root.is_dir():
-        return []
-    files = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            stat = path.stat()
-            files.append(
-                ArtifactFile(
-                    path.relative_to(root).as_posix(),
-                    stat.st_size,
-                    datetime.fromtimestamp(stat.st_mtime, tz=UTC),
-                )
-            )
-            if len(files) >= MAX_LISTED_FILES:
-                break
-    return sorted(files, key=lambda f: (not f.path.startswith("checkpoints/"), f.path))
+def artifacts_root() -> Path:
+    """The real artifacts root: ARTIFACTS_DIR with its own links resolved (the admin's
+    choice, e.g. a mount point), the one place containment is judged against."""
+    return Path(settings.ARTIFACTS_DIR).resolve()
 
 
-def artifact_path(run_id: int, relative: str) -> Path:
-    """The file `relative` of the run's folder; ArtifactNotFound for anything else
-    (missing, a folder, or a path that leads outside the folder)."""
-    root = run_artifact_dir(run_id).resolve()
-    candidate = (root / relative).resolve()
-    if not candidate.is_relative_to(root) or not candidate.is_file():
+@contextmanager
+def run_folder(run_id: int) -> Iterator[int]:
+    """An open descriptor of the run's folder, the real folder `run-<id>` right under the
+    real artifacts root; ArtifactNotFound when it is missing or is a link."""
+    try:
+        root = os.open(artifacts_root(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise ArtifactNotFound(f"run-{run_id}") from None
+    try:
+        folder = open_beneath(root, f"run-{run_id}", _FOLDER)
+    finally:
+        os.close(root)
+    try:
+        yield folder
+    finally:
+        os.close(folder)
+
+
+def open_beneath(folder: int, relative: str, flags: int = os.O_RDONLY) -> int:
+    """A descriptor of `relative` (components separated by "/") under the open folder
+    `folder`, opened with `flags`, following no link on the way or at the end;
+    ArtifactNotFound for anything else: missing, a link, `..`, or a name the operating
+    system refuses (a NUL byte, too long)."""
+    *folders, name = relative.split("/")
+    if any(part in ("", ".", "..") for part in [*folders, name]):
         raise ArtifactNotFound(relative)
-    return candidate
+    current = folder
+    try:
+        for part in folders:
+            following = os.open(part, _FOLDER, dir_fd=current)
+            if current != folder:
+                os.close(current)
+            current = following
+        return os.open(name, flags | _NO_LINKS, dir_fd=current)
+    except (OSError, ValueError):  # ValueError: an embedded NUL byte
+        raise ArtifactNotFound(relative) from None
+    finally:
+        if current != folder:
+            os.close(current)
+
+
+def open_artifact(run_id: int, relative: str) -> BinaryIO:
+    """The regular file `relative` of the run's folder, open for reading; ArtifactNotFound
+    for anything else (missing, a folder, a link, or a path leading outside)."""
+    with run_folder(run_id) as folder:
+        descriptor = open_beneath(folder, relative)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ArtifactNotFound(relative)
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def list_artifacts(run_id: int) -> list[ArtifactFile]:
+    """The run's regular files, checkpoints first, then by path (at most
+    MAX_LISTED_FILES); links and what they lead to are left out."""
+    files = []
+    try:
+        with run_folder(run_id) as folder:
+            # fwalk opens each sub-folder by descriptor and does not enter links.
+            for top, _, names, top_fd in os.fwalk(".", dir_fd=folder):
+                for name in names:
+                    try:
+                        info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+                    except OSError:  # gone meanwhile
+                        continue
+                    if not stat.S_ISREG(info.st_mode):
+                        continue
+                    path = os.path.normpath(os.path.join(top, name))
+                    modified = datetime.fromtimestamp(info.st_mtime, tz=UTC)
+                    files.append(ArtifactFile(path, info.st_size, modified))
+                    if len(files) >= MAX_LISTED_FILES:
+                        break
+                if len(files) >= MAX_LISTED_FILES:
+                    break
+    except ArtifactNotFound:
+        return []
+    return sorted(files, key=lambda f: (not f.path.startswith("checkpoints/"), f.path))
 
 
 def checkpoint_path(run_id: int, iteration: int) -> Path:
@@ -71,13 +143,21 @@ def checkpoint_path(run_id: int, iteration: int) -> Path:
 
 
 def checkpoints(run_id: int) -> dict[int, Path]:
-    """The run's checkpoints by iteration, oldest first ({} before the first)."""
-    folder = run_artifact_dir(run_id) / "checkpoints"
-    if not folder.is_dir():
+    """The run's checkpoints by iteration, oldest first ({} before the first): regular
+    files only, in the run's real folder."""
+    try:
+        with run_folder(run_id) as folder:
+            listing = open_beneath(folder, "checkpoints", _FOLDER)
+    except ArtifactNotFound:
         return {}
-    found = {
-        int(match.group(1)): path
-        for path in folder.iterdir()
-        if (match := CHECKPOINT_NAME.match(path.name)) and path.is_file()
-    }
+    found = {}
+    where = run_artifact_dir(run_id) / "checkpoints"
+    try:
+        with os.scandir(listing) as entries:
+            for entry in entries:
+                match = CHECKPOINT_NAME.match(entry.name)
+                if match and entry.is_file(follow_symlinks=False):
+                    found[int(match.group(1))] = where / entry.name
+    finally:
+        os.close(listing)
     return dict(sorted(found.items()))

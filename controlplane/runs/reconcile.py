@@ -53,7 +53,10 @@ def reconcile(run_id: int) -> Run:
         return run
     job = ray_jobs.state(run.submission_id)
     if job.ended and has_spool(run.pk):
-        ingest_spools(run)  # the trainer's own last words first
+        # The trainer's own last words first; a pass that could not finish (another
+        # holds the run, or its time ran out) leaves the run to the next one.
+        if not ingest_spools(run).done:
+            return Run.objects.get(pk=run.pk)
         run = Run.objects.get(pk=run.pk)
     if not run.is_active:  # over, or interrupted: its job must end too
         if job.ended:

@@ -17,7 +17,7 @@ from controlplane.runs.artifacts import run_artifact_dir
 from controlplane.runs.evaluations import eval_arguments
 from controlplane.runs.models import Run, RunEvent, RunState, TelemetryBatch
 from controlplane.runs.state import transition
-from controlplane.runs.tokens import make_run_token
+from controlplane.runs.tokens import make_run_token, make_spool_key
 
 TRAINER_DIR = Path(__file__).resolve().parents[2] / "trainer"
 STOP_GRACE_S = 20
@@ -88,6 +88,7 @@ def runtime_env(run: Run) -> dict:
             "ARMATURE_RUN_ID": str(run.pk),
             "ARMATURE_RUN_TOKEN": make_run_token(run.pk, run.attempt),
             "ARMATURE_RUN_ATTEMPT": str(run.attempt),
+            "ARMATURE_SPOOL_KEY": make_spool_key(run.pk, run.attempt),
             # Between Ray's SIGTERM and its SIGKILL when the job is stopped: time for the
             # trainer to finish its iteration and save a checkpoint to resume from.
             "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),

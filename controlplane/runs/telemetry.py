@@ -26,7 +26,7 @@ from controlplane.runs.series import copy_points, point_rows
 from controlplane.runs.state import try_transition
 from controlplane.runs.tokens import read_run_token
 from trainer.link import protocol
-from trainer.link.protocol import InvalidMessage
+from trainer.link.protocol import MAX_METRIC_KEYS_PER_RUN, InvalidMessage
 
 __all__ = ["InvalidMessage", "Refusal", "link_refusal", "parse_message", "record"]
 
@@ -94,34 +94,62 @@ def record_many(
     attempt: int = 1,
     moves_state: bool = True,
     known_keys: dict[str, int] | None = None,
+    refused_keys: set[str] | None = None,
 ) -> list[bool]:
     """Store valid messages, in order, in one transaction (one commit, however many
     arrived together); for each, whether it was new (False: stored before, a resend).
 
     `moves_state=False` stores an earlier attempt's events without letting them change
     the run's state (its spool, ingested late). `known_keys` caches the run's metric
-    key rows across the messages of one link."""
+    key rows across the messages of one link. A metric key the run does not have yet,
+    once it has MAX_METRIC_KEYS_PER_RUN, is not stored (its values are left out, those
+    of the run's other keys stored): its name goes into `refused_keys`, and the run gets
+    one `telemetry_refused` event saying so."""
+    refused: set[str] = set()
+    new = _record_many(run_id, messages, attempt, moves_state, known_keys, refused)
+    if refused:
+        _note_refused_keys(run_id, refused)
+        if refused_keys is not None:
+            refused_keys.update(refused)
+    return new
+
+
+def _record_many(
+    run_id: int,
+    messages: list[dict[str, Any]],
+    attempt: int,
+    moves_state: bool,
+    known_keys: dict[str, int] | None,
+    refused: set[str],
+) -> list[bool]:
     if _fits_one_statement(messages):
-        return _record_points_in_one_statement(run_id, messages, attempt, known_keys)
+        return _record_points_in_one_statement(run_id, messages, attempt, known_keys, refused)
     with transaction.atomic():
         new = _claim_seqs(run_id, attempt, messages)
         points: list[tuple[int, int, float, float]] = []
+        progress: dict[str, Any] | None = None
         for message in messages:
             if not new[message["seq"]]:
                 continue
             kind = message["type"]
             if kind == "metrics":
                 points += point_rows(
-                    run_id, message["step"], message["time"], message["values"], known_keys
-                )
+                    run_id, message["step"], message["time"], message["values"], known_keys,
+                    refused,
+                )  # fmt: skip
             elif kind == "progress":
-                _store_progress(run_id, message)
+                # Forward only, so the furthest of the batch is the one that counts: one
+                # update, not one per message (a spool holds one per iteration).
+                if progress is None or message["step"] >= progress["step"]:
+                    progress = message
             else:
                 # Points before a state change are stored with it, in the same order.
                 copy_points(points)
                 points = []
                 _store_event(run_id, message, moves_state)
         copy_points(points)
+        if progress is not None:
+            _store_progress(run_id, progress)
     return [new[message["seq"]] for message in messages]
 
 
@@ -144,6 +172,7 @@ def _record_points_in_one_statement(
     messages: list[dict[str, Any]],
     attempt: int,
     known_keys: dict[str, int] | None,
+    refused: set[str],
 ) -> list[bool]:
     """The common case, metrics messages only, in one round trip to the database: one
     statement claims the seqs and inserts the points of the newly claimed ones (a
@@ -153,7 +182,7 @@ def _record_points_in_one_statement(
         (message["seq"], *row)
         for message in messages
         for row in point_rows(
-            run_id, message["step"], message["time"], message["values"], known_keys
+            run_id, message["step"], message["time"], message["values"], known_keys, refused
         )
     ]
     # Columns as arrays (unnest): the statement's text stays the same few lines whatever
@@ -201,9 +230,51 @@ def _claim_seqs(run_id: int, attempt: int, messages: list[dict[str, Any]]) -> di
     return {seq: seq in inserted for seq in kinds}
 
 
-def count_rejected(run_id: int) -> None:
-    """A message the protocol refused: counted on the run, shown on its page."""
-    Run.objects.filter(pk=run_id).update(link_rejected=F("link_rejected") + 1)
+REFUSED_KEYS_EVENT = "telemetry_refused"
+REFUSED_KEYS_SHOWN = 20
+
+
+def refused_keys_warning(names: set[str] | list[str]) -> str:
+    """What a run's `telemetry_refused` event and the trainer's ack say about new metric
+    keys past the cap."""
+    shown = sorted(names)[:REFUSED_KEYS_SHOWN]
+    more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
+    return (
+        f"{len(names)} new metric keys not stored: the run has {MAX_METRIC_KEYS_PER_RUN} "
+        "keys, the most a run may have (MAX_METRIC_KEYS_PER_RUN); values of its existing "
+        f"keys are still stored. Refused: {', '.join(shown)}{more}"
+    )
+
+
+def _note_refused_keys(run_id: int, names: set[str]) -> None:
+    """The run's one `telemetry_refused` event, made the first time keys are refused."""
+    with transaction.atomic():
+        # The run's row lock: two writers of one run cannot both make the first one.
+        list(Run.objects.select_for_update(no_key=True).filter(pk=run_id).values_list("pk"))
+        if RunEvent.objects.filter(run_id=run_id, kind=REFUSED_KEYS_EVENT).exists():
+            return
+        RunEvent.objects.create(
+            run_id=run_id,
+            kind=REFUSED_KEYS_EVENT,
+            message=refused_keys_warning(names),
+            data={"cap": MAX_METRIC_KEYS_PER_RUN, "keys": sorted(names)[:REFUSED_KEYS_SHOWN]},
+        )
+
+
+def ack(message: dict[str, Any], refused_keys: set[str]) -> dict[str, Any]:
+    """The reply to a stored message; a warning when some of its metric keys were
+    refused (`record_many`'s `refused_keys`), so the trainer knows."""
+    reply: dict[str, Any] = {"type": "ack", "seq": message["seq"]}
+    if refused_keys and message["type"] == "metrics":
+        left_out = [key for key in message["values"] if key in refused_keys]
+        if left_out:
+            reply["warning"] = refused_keys_warning(left_out)
+    return reply
+
+
+def count_rejected(run_id: int, how_many: int = 1) -> None:
+    """Messages the protocol refused: counted on the run, shown on its page."""
+    Run.objects.filter(pk=run_id).update(link_rejected=F("link_rejected") + how_many)
 
 
 def _store_progress(run_id: int, message: dict[str, Any]) -> None:

@@ -161,10 +161,10 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
-        found = artifacts.artifact_path(run.pk, path)
+        found = artifacts.open_artifact(run.pk, path)
     except artifacts.ArtifactNotFound:
         raise Http404(f"run {run.pk} has no file {path!r}") from None
-    return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
+    return FileResponse(found, as_attachment=True, filename=path.rpartition("/")[2])
 
 
 @guarded

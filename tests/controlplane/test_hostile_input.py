@@ -1,7 +1,8 @@
 """Hostile input at every door that reads YAML (and JSON bodies): a 600-byte alias bomb,
 nesting 10,000 levels deep, an integer too long to convert, NaN and infinity, bodies
 past the size limit, unicode names. Each is refused with a clear error (400/413/422),
-never a 500, and never after minutes of a web thread's time."""
+never a 500, and never after minutes of a web thread's time. The trainer link's door
+too: whatever its parser accepts is stored, and every page showing it answers."""
 
 import json
 
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
@@ -19,7 +20,10 @@ from controlplane.experiments.models import Experiment
 from controlplane.experiments.services import create_experiment
 from controlplane.inventory.models import Cluster
 from controlplane.inventory.services import import_cluster_yaml
+from controlplane.runs import telemetry
 from tests.hostile_yaml import ALIAS_BOMB, DEEP_NESTING, deep_nesting
+from tests.runs import submitted_run
+from trainer.link.protocol import EVENT_KINDS, MAX_WALL_TIME
 
 # Hang guard only: before the limits, the alias bomb kept a request busy for minutes.
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
@@ -312,3 +316,192 @@ def test_any_node_group_label_is_stored_as_sent_or_refused_with_a_400(admin, lab
     assert response.status_code in (201, 400), response.content
     if response.status_code == 201:
         assert response.json()["node_groups"][0]["label"] == label
+
+
+# ---- the trainer link --------------------------------------------------------------
+
+# Messages as a trainer may send them (text a database stores, markup and emoji
+# included; safe metric keys up to their length limit; numbers in range; nesting up to
+# the limit), and hostile ones, where any part may be anything: NUL and lone surrogates
+# (json.dumps writes them as \\u0000, \\udcff), NaN and infinities (written as NaN,
+# Infinity), huge integers, deep nesting, unsafe keys, unknown kinds.
+STORABLE_TEXT = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12
+)
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=12)
+UNSTORABLE_TEXT = st.builds(
+    lambda before, bad, after: before + bad + after,
+    STORABLE_TEXT, st.sampled_from(["\x00", "\ud800", "\udcff", "\udfff"]), STORABLE_TEXT,
+)  # fmt: skip
+HOSTILE_TEXT = st.one_of(STORABLE_TEXT, UNSTORABLE_TEXT, ANY_TEXT)
+SAFE_KEYS = st.one_of(
+    st.from_regex(r"[A-Za-z0-9_./:-]{1,20}", fullmatch=True),
+    st.sampled_from(["rollout/success_rate", "counts/task3/h5/episodes", "k" * 200]),
+)
+KEYS = st.one_of(
+    SAFE_KEYS, HOSTILE_TEXT,
+    st.sampled_from(["", "k" * 201, "a b", "counts/task<img src=x onerror=alert(1)>/episodes"]),
+)  # fmt: skip
+FINITE = st.one_of(
+    st.integers(-(2**63) + 1, 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False)
+)
+NUMBERS = st.one_of(
+    FINITE,
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.sampled_from([1e18, 2**63, -1, MAX_WALL_TIME + 1]),
+)
+WALL_TIME = st.floats(0, MAX_WALL_TIME)
+COUNT = st.integers(0, 2**31 - 1)
+
+
+def nested(depth: int) -> dict:
+    data: dict = {"leaf": 1}
+    for _ in range(depth):
+        data = {"a": data}
+    return data
+
+
+def link_messages(text, metric_keys, data_keys, number, wall_time, count, seq, kinds, depth):
+    """Messages of the link's three types, and anything at all, made of these parts."""
+    data_json = st.recursive(
+        st.none() | st.booleans() | number | text,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(data_keys, inner, max_size=3),
+        max_leaves=12,
+    )
+    values = st.dictionaries(metric_keys, number, min_size=1, max_size=6)
+    takeover = st.fixed_dictionaries({
+        "operator": text.filter(bool), "robot": count, "robot_name": text,
+        "started": wall_time, "ended": wall_time, "steps": count, "reason": text,
+    })  # fmt: skip
+    data = st.one_of(
+        st.dictionaries(data_keys, data_json, max_size=4),
+        depth.map(nested),
+    )
+    return st.one_of(
+        st.fixed_dictionaries({
+            "v": st.just(1), "type": st.just("metrics"), "seq": seq, "step": count,
+            "time": wall_time, "values": values,
+        }),
+        st.fixed_dictionaries({
+            "v": st.just(1), "type": st.just("progress"), "seq": seq, "step": count,
+            "total": count,
+        }).map(lambda m: {**m, "total": max(m["step"], m["total"])}),
+        st.fixed_dictionaries({
+            "v": st.just(1), "type": st.just("event"), "seq": seq, "kind": kinds, "data": data,
+        }),
+        st.fixed_dictionaries({
+            "v": st.just(1), "type": st.just("event"), "seq": seq, "kind": st.just("finished"),
+            "data": values.map(lambda summary: {"summary": summary}),
+        }),
+        st.fixed_dictionaries({
+            "v": st.just(1), "type": st.just("event"), "seq": seq, "kind": st.just("takeover"),
+            "data": takeover.map(
+                lambda t: {**t, "ended": max(t["started"], t["ended"])}
+            ),
+        }),
+    )  # fmt: skip
+
+
+TRAINER_MESSAGES = link_messages(
+    text=STORABLE_TEXT, metric_keys=SAFE_KEYS, data_keys=STORABLE_TEXT, number=FINITE,
+    wall_time=WALL_TIME, count=COUNT, seq=st.integers(1, 2**63 - 1),
+    kinds=st.sampled_from(["started", "placed", "iteration", "checkpoint", "recovered",
+                           "stopped", "failed"]),
+    depth=st.integers(1, 60),
+)  # fmt: skip
+HOSTILE_PARTS = st.one_of(
+    UNSTORABLE_TEXT, HOSTILE_TEXT, NUMBERS, st.integers(60, 90).map(nested),
+    st.sampled_from([None, True, [], {}, "", "k" * 201, 2**63, 1e18, -1]),
+)  # fmt: skip
+
+
+def _places(value, found: list) -> list:
+    """Every (container, key or index) of a message, at any depth."""
+    if isinstance(value, dict | list):
+        for key in list(value) if isinstance(value, dict) else range(len(value)):
+            found.append((value, key))
+            _places(value[key], found)
+    return found
+
+
+@st.composite
+def one_part_hostile(draw) -> dict:
+    """A message a trainer may send with one part made hostile: a value anywhere, or a
+    key (the key of a metric, of event data, or of the message itself)."""
+    message = draw(TRAINER_MESSAGES)
+    container, key = draw(st.sampled_from(_places(message, [])))
+    if isinstance(container, dict) and draw(st.booleans()):
+        container[draw(KEYS)] = container.pop(key)
+    else:
+        container[key] = draw(HOSTILE_PARTS)
+    return message
+
+
+HOSTILE_MESSAGES = st.one_of(
+    one_part_hostile(),
+    link_messages(  # any part hostile
+        text=HOSTILE_TEXT, metric_keys=KEYS, data_keys=KEYS,
+        number=NUMBERS, wall_time=st.one_of(WALL_TIME, NUMBERS),
+        count=st.one_of(COUNT, NUMBERS), seq=st.one_of(COUNT, NUMBERS),
+        kinds=st.sampled_from([*EVENT_KINDS, "lunch"]), depth=st.integers(1, 90),
+    ),
+    st.dictionaries(KEYS, st.one_of(NUMBERS, HOSTILE_TEXT), max_size=4),  # anything at all
+)  # fmt: skip
+
+
+@pytest.fixture
+def link_run():
+    return submitted_run("hostile-link")
+
+
+def store_and_show(user, run, accepted: list[dict]) -> None:
+    """Store accepted messages as the link does (metrics alone are one statement on
+    PostgreSQL, others a transaction) and read every page that shows them: no storage
+    error, no 500."""
+    points = [message for message in accepted if message["type"] == "metrics"]
+    if points:
+        telemetry.record_many(run.pk, points)
+    telemetry.record_many(run.pk, accepted)
+    client = APIClient()
+    client.force_login(user)  # pages and the API alike
+    for url in (
+        f"/api/v1/runs/{run.pk}/success", f"/api/v1/runs/{run.pk}/latest",
+        f"/api/v1/runs/{run.pk}/events", f"/runs/{run.pk}/", "/console/audit/",
+    ):  # fmt: skip
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.content[:500])
+
+
+def link_examples(how_many: int):
+    # Each example stores and reads five pages: a modest number keeps the suite fast.
+    return hypothesis_settings(
+        max_examples=how_many, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # the link's own way: its one-statement path too
+@link_examples(50)
+@given(messages=st.lists(TRAINER_MESSAGES, min_size=1, max_size=3))
+def test_the_link_accepts_what_a_trainer_may_send_and_stores_and_shows_it(
+    admin, link_run, messages
+):
+    accepted = [telemetry.parse_message(json.dumps(message)) for message in messages]
+    store_and_show(admin, link_run, accepted)
+
+
+@pytest.mark.django_db(transaction=True)
+@link_examples(100)
+@given(messages=st.lists(st.one_of(HOSTILE_MESSAGES, TRAINER_MESSAGES), min_size=1, max_size=3))
+def test_the_link_refuses_hostile_messages_by_name_and_stores_what_it_accepts(
+    admin, link_run, messages
+):
+    accepted = []
+    for message in messages:
+        try:
+            accepted.append(telemetry.parse_message(json.dumps(message)))
+        except telemetry.InvalidMessage as refused:
+            assert refused.error  # names what is wrong
+    event(f"{len(accepted)} of {len(messages)} accepted")
+    if accepted:
+        store_and_show(admin, link_run, accepted)

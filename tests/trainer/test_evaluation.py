@@ -17,6 +17,7 @@ from trainer.envs import BuiltinReachEnv
 from trainer.envs.builtin_reach import TASK_NAMES
 from trainer.evaluation.protocol import evaluate
 from trainer.link import protocol
+from trainer.link.spool import split_line
 from trainer.models import GaussianChunkPolicy, build_encoder
 from trainer.runner.on_policy_runner import OnPolicyRunner
 
@@ -106,8 +107,9 @@ def test_bad_tasks_states_and_suites_are_named(trained, tmp_path, capsys, flags,
 def spooled(folder: Path) -> list[dict]:
     """The messages a link left in the run folder's spool, read with the control
     plane's own validation."""
-    lines = (folder / "link-spool" / "attempt-1.jsonl").read_text().splitlines()
-    return [protocol.parse_message(line).model_dump() for line in lines]
+    lines = (folder / "link-spool" / "attempt-1.jsonl").read_bytes().splitlines()
+    payloads = [split_line(line)[1].decode() for line in lines]  # each `<mac> <payload>`
+    return [protocol.parse_message(payload).model_dump() for payload in payloads]
 
 
 @pytest.fixture
@@ -117,6 +119,7 @@ def unreachable_control_plane(monkeypatch):
     monkeypatch.setenv("ARMATURE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("ARMATURE_RUN_ID", "7")
     monkeypatch.setenv("ARMATURE_RUN_TOKEN", "not-checked-here")
+    monkeypatch.setenv("ARMATURE_SPOOL_KEY", "spool-key-of-the-attempt")
     monkeypatch.setenv("ARMATURE_LINK_FLUSH_S", "0.2")
 
 

@@ -4,9 +4,12 @@ thread, so that training never waits on the network.
 Sends are queue puts. Each message gets the next sequence number, is written to the
 spool (once the run's folder is known, `use_spool`) and stays pending until the server
 acknowledges it; after a reconnect every unacknowledged message is sent again, in order
-(the server stores each (run, attempt, seq) once, so a resend is harmless). Memory holds
-at most `max_pending` payloads: older unacknowledged ones are read back from the spool,
-never dropped. Without a spool (no run folder) the oldest are dropped past that bound.
+(the server stores each (run, attempt, seq) once, so a resend is harmless). At most
+MAX_IN_FLIGHT messages are sent and unanswered at a time: a slow control plane slows the
+link down rather than filling its memory (it closes a link that sends more). Memory
+holds at most `max_pending` payloads: older unacknowledged ones are read back from the
+spool as they are sent, a window at a time, never dropped. Without a spool (no run
+folder) the oldest are dropped past that bound.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from trainer.link.protocol import (
+    MAX_IN_FLIGHT,
     Event,
     EventKind,
     Message,
@@ -75,6 +79,7 @@ class TrainerLink:
         max_pending: int = MAX_PENDING,
         max_backoff_s: float = MAX_BACKOFF_S,
         spool: Spool | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         """`spool`: where every message is kept until acknowledged (the run's
         link-spool/). One an earlier process of this attempt left there is continued:
@@ -88,6 +93,7 @@ class TrainerLink:
         self.flush_timeout_s = flush_timeout_s
         self.max_pending = max_pending
         self.max_backoff_s = max_backoff_s
+        self.max_in_flight = max_in_flight  # never more than the control plane takes
         self._headers = {"Authorization": f"Bearer {token}"}
         self._lock = threading.Lock()
         self._acked_all = threading.Condition(self._lock)
@@ -111,6 +117,8 @@ class TrainerLink:
         self._command_handler: Callable[[dict[str, Any]], None] | None = None
         self.refused: str | None = None  # why the server refused the link for good
         self.dropped = 0  # messages given up (no spool and a full buffer, or a full spool)
+        self.warnings = 0  # acknowledgements that said a message was stored only in part
+        self._unnumbered_errors = 0
         self._thread = threading.Thread(target=self._run, name="armature-link", daemon=True)
         self._thread.start()
 
@@ -255,29 +263,53 @@ class TrainerLink:
     def _pump(self, socket: ClientConnection) -> None:
         """Send what is new (on a fresh connection: everything unacked), read replies."""
         sent_upto = 0
+        reader = _SpoolReader(self._spool) if self._spool is not None else None
         while not self._stop.is_set():
-            for seq, payload in self._outgoing(sent_upto):
+            for seq, payload in self._outgoing(sent_upto, reader):
                 socket.send(payload)
                 sent_upto = seq
             while self._live:
                 socket.send(self._live.popleft())
-            try:
-                raw = socket.recv(timeout=POLL_S)
-            except TimeoutError:
-                continue
-            self._on_reply(raw)
+            # Every reply that has come, before sending more: each frees a place in the
+            # window of messages in flight.
+            timeout = POLL_S
+            for _ in range(self.max_in_flight):
+                try:
+                    raw = socket.recv(timeout=timeout)
+                except TimeoutError:
+                    break
+                self._on_reply(raw)
+                timeout = 0
 
-    def _outgoing(self, sent_upto: int) -> list[tuple[int, str]]:
-        """Pending messages after `sent_upto`, in order; those kept only in the spool are
-        read back from it."""
+    def _outgoing(self, sent_upto: int, reader: _SpoolReader | None) -> list[tuple[int, str]]:
+        """The pending messages after `sent_upto`, in order, as many as the window of
+        `max_in_flight` unanswered messages has room for; those kept only in the spool
+        are read back from it."""
         with self._lock:
             if self._next_seq - 1 <= sent_upto:
                 return []
-            outgoing = [(seq, p) for seq, p in self._pending.items() if seq > sent_upto]
-            if self._spool is not None and any(p is None for _, p in outgoing):
-                on_disk = dict(self._spool.messages(after=sent_upto))
-                outgoing = [(seq, p if p is not None else on_disk[seq]) for seq, p in outgoing]
-        return outgoing
+            room = self.max_in_flight
+            wanted: list[tuple[int, str | None]] = []
+            # In seq order, those sent on this connection and not answered come first.
+            for seq, payload in self._pending.items():
+                if len(wanted) >= room:
+                    break
+                if seq <= sent_upto:
+                    room -= 1
+                else:
+                    wanted.append((seq, payload))
+        if reader is not None:
+            # Outside the lock: a pass over a long spool must not hold up training.
+            wanted = [(seq, p if p is not None else reader.payload(seq)) for seq, p in wanted]
+        lost = [seq for seq, payload in wanted if payload is None]
+        if lost:  # their spool lines are gone or unreadable: they can never be sent
+            with self._lock:
+                for seq in lost:
+                    self._pending.pop(seq, None)
+                    self._drop(f"message {seq} could not be read back from the spool")
+                if not self._pending:
+                    self._acked_all.notify_all()
+        return [(seq, payload) for seq, payload in wanted if payload is not None]
 
     def _on_reply(self, raw: str | bytes) -> None:
         try:
@@ -288,12 +320,26 @@ class TrainerLink:
             self._command(data)
             return
         reply = parse_reply(data)
-        if reply is None or reply.seq is None:
+        if reply is None:
             log.warning("link: unexpected reply %.200r", raw)
             return
+        if reply.seq is None:
+            # A refused frame that had no valid seq: a live console frame (never kept), as
+            # no message this link numbered lacks one. Nothing pending to drop.
+            self._unnumbered_errors += 1
+            if self._unnumbered_errors == 1:
+                log.warning("link: a frame without a seq was refused: %.300s", reply.error)
+            return
         if reply.type == "error":
-            # The server will never take this message; keeping it would only block flushing.
+            # Refused as invalid: the server will never take this message, so it is
+            # dropped here, not resent (keeping it would only block flushing).
             log.warning("link: message %d rejected: %s", reply.seq, reply.error)
+        elif reply.warning:
+            # Stored, but not all of it (metric keys past the run's cap).
+            self.warnings += 1
+            if self.warnings == 1 or self.warnings % 100 == 0:
+                log.warning("link: message %d stored in part (warning %d): %.500s",
+                            reply.seq, self.warnings, reply.warning)  # fmt: skip
         with self._lock:
             if reply.seq in self._pending and self._pending.pop(reply.seq) is not None:
                 self._in_memory -= 1
@@ -328,3 +374,27 @@ class TrainerLink:
             self._pending.clear()
             self._in_memory = 0
             self._acked_all.notify_all()
+
+
+class _SpoolReader:
+    """Payloads read back from the spool in seq order, in one pass over its file: the
+    link asks for them a window at a time, in order, so a new pass starts only for a seq
+    the pass has gone by (or, at the end of the file, for one written since)."""
+
+    def __init__(self, spool: Spool) -> None:
+        self._spool = spool
+        self._lines: Iterator[tuple[int, str]] | None = None
+        self._at = 0  # the last seq the pass read
+
+    def payload(self, seq: int) -> str | None:
+        """Message `seq`'s payload, or None when the spool does not have it."""
+        if self._lines is None or seq <= self._at:
+            self._lines = self._spool.messages(after=seq - 1)
+        for found, payload in self._lines:
+            self._at = found
+            if found == seq:
+                return payload
+            if found > seq:
+                return None
+        self._lines = None  # the end of the file
+        return None

@@ -22,6 +22,8 @@ LINK_VARIABLES = ("ARMATURE_URL", "ARMATURE_RUN_ID", "ARMATURE_RUN_TOKEN")
 FLUSH_TIMEOUT_VARIABLE = "ARMATURE_LINK_FLUSH_S"
 ATTEMPT_VARIABLE = "ARMATURE_RUN_ATTEMPT"
 SPOOL_LIMIT_VARIABLE = "ARMATURE_LINK_SPOOL_MB"
+# The attempt's key for signing its spool lines (docs/link-protocol.md, "The spool").
+SPOOL_KEY_VARIABLE = "ARMATURE_SPOOL_KEY"
 
 
 class Link(Protocol):
@@ -59,7 +61,8 @@ def link_from_env(environ: Mapping[str, str] | None = None, run_folder: Path | N
     """A TrainerLink when all three variables are set, else a NullLink. A half or
     malformed setup is logged and treated as no control plane: training goes on.
 
-    With `run_folder`, messages are spooled to its link-spool/ until acknowledged."""
+    With `run_folder` (and the attempt's spool key), messages are spooled to its
+    link-spool/ until acknowledged."""
     environ = os.environ if environ is None else environ
     values = {name: environ.get(name, "").strip() for name in LINK_VARIABLES}
     if not any(values.values()):
@@ -77,9 +80,14 @@ def link_from_env(environ: Mapping[str, str] | None = None, run_folder: Path | N
         log.warning("link disabled: %s", error)
         return NullLink()
     spool = None
-    if run_folder is not None:
+    spool_key = environ.get(SPOOL_KEY_VARIABLE, "").strip()
+    if run_folder is not None and not spool_key:
+        log.warning("link: %s not set, so no spool (the control plane would refuse its "
+                    "unsigned lines); unacknowledged messages stay in memory",
+                    SPOOL_KEY_VARIABLE)  # fmt: skip
+    elif run_folder is not None:
         try:
-            spool = Spool(run_folder / SPOOL_FOLDER, attempt, spool_limit)
+            spool = Spool(run_folder / SPOOL_FOLDER, attempt, spool_key, spool_limit)
         except OSError as error:
             log.warning("link: no spool in %s (%s); unacknowledged messages stay in memory",
                         run_folder, error)  # fmt: skip

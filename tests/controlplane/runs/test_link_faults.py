@@ -17,7 +17,7 @@ from django.db.models import Count
 from controlplane.runs.artifacts import run_artifact_dir
 from controlplane.runs.models import MetricPoint, Run, RunState, TelemetryBatch
 from controlplane.runs.spool_ingest import ingest_spools
-from controlplane.runs.tokens import make_run_token
+from controlplane.runs.tokens import make_run_token, make_spool_key
 from tests.processes import free_port, wait_until
 from tests.runs import submitted_run
 from tests.tcp_gate import TcpGate
@@ -44,6 +44,7 @@ def start_trainer(url: str, run: Run, folder: Path, *overrides: str, attempt: in
         "ARMATURE_RUN_ID": str(run.pk),
         "ARMATURE_RUN_TOKEN": make_run_token(run.pk, attempt),
         "ARMATURE_RUN_ATTEMPT": str(attempt),
+        "ARMATURE_SPOOL_KEY": make_spool_key(run.pk, attempt),
         "ARMATURE_LINK_FLUSH_S": "30",
     }
     command = [
@@ -118,7 +119,8 @@ def test_a_link_cut_for_30_s_spools_to_disk_and_delivers_after_reconnect(web, ru
         written = iterations_written(tmp_path)
         assert written > cut_at + 10  # training went on while the link was down…
         acked = int((tmp_path / "link-spool" / "attempt-1.acked").read_text())
-        unacked = [m for m in map(json.loads, spool.read_text().splitlines()) if m["seq"] > acked]
+        spooled = [json.loads(line.split(" ", 1)[1]) for line in spool.read_text().splitlines()]
+        unacked = [m for m in spooled if m["seq"] > acked]
         assert len(unacked) >= 2 * (written - cut_at) - 2  # …and kept every message on disk
         gate.open()
         wait_until(lambda: len(stored_steps(run)) >= written, 120, "the spool to arrive")
@@ -168,10 +170,10 @@ def test_what_a_trainer_could_not_deliver_is_ingested_from_its_spool(run):
     assert "stay in" in output  # the link said where it left them
     assert stored_steps(run) == []
     # started, placed, 3 × (metrics, progress), checkpoint, finished
-    assert ingest_spools(run) == 2 + 3 * 2 + 1 + 1
+    assert ingest_spools(run).stored == 2 + 3 * 2 + 1 + 1
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED and run.exit_reason == "the trainer finished"
     assert 0 <= run.summary["rollout/success_rate"] <= 1 and run.progress_step == 3
     assert_exactly_once(run, tmp_path)
     assert not (tmp_path / "link-spool" / "attempt-1.jsonl").exists()
-    assert ingest_spools(run) == 0
+    assert ingest_spools(run).stored == 0

@@ -17,6 +17,7 @@ from controlplane.realtime.trainer_consumer import CLOSE_FORBIDDEN, CLOSE_NOT_FO
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, TelemetryBatch
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
+from trainer.link.protocol import MAX_WALL_TIME, METRIC_KEY_RULE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,6 +147,20 @@ NAN_VALUES = '{"v": 1, "type": "metrics", "seq": 5, "step": 1, "time": 1, "value
 INFINITE_TIME = (
     '{"v": 1, "type": "metrics", "seq": 5, "step": 1, "time": 1e999, "values": {"a": 1}}'
 )
+MARKUP_KEY = "counts/task<img src=x onerror=alert(document.cookie)>/episodes"
+
+
+def takeover(**changes) -> dict:
+    data = {"operator": "olga", "robot": 0, "robot_name": "sim-0", "started": 1.7e9,
+            "ended": 1.7e9 + 5, "steps": 40, "reason": "released", **changes}  # fmt: skip
+    return event(5, "takeover", **data)
+
+
+def nested(depth: int) -> dict:
+    data: dict = {}
+    for _ in range(depth):
+        data = {"a": data}
+    return data
 
 
 @pytest.mark.parametrize(
@@ -169,7 +184,34 @@ INFINITE_TIME = (
         (INFINITE_TIME, 5, "time: Input should be a finite number"),
         (metrics(5, **{f"k{i}": 1.0 for i in range(1001)}), 5,
          "values: Dictionary should have at most 1000 items"),
-        (metrics(5, **{"k" * 201: 1.0}), 5, "String should have at most 200 characters"),
+        (metrics(5, **{"k" * 201: 1.0}), 5, METRIC_KEY_RULE),
+        # Metric keys: a safe set only (no markup, spaces or brackets), named in the error.
+        (metrics(5, **{MARKUP_KEY: 1.0}), 5,
+         f"values.'counts/task<img src=x onerror='.[key]: {METRIC_KEY_RULE}"),
+        (metrics(5, **{"success rate": 1.0}), 5, METRIC_KEY_RULE),
+        (metrics(5, **{"": 1.0}), 5, METRIC_KEY_RULE),
+        (event(5, "finished", summary={"a[0]": 1.0}), 5,
+         f"data.summary.'a[0]'.[key]: {METRIC_KEY_RULE}"),
+        # Text PostgreSQL cannot store, anywhere: keys, data at any depth, names.
+        (metrics(5, **{"loss\x00x": 1.0}), 5,
+         "values.'loss\\x00x'.[key]: a string holds a NUL character (U+0000 at character 5)"),
+        (metrics(5, **{"\udcff": 1.0}), 5, "an unpaired surrogate (U+DCFF at character 1)"),
+        (event(5, "checkpoint", path="/x/\x00.pt"), 5, "data.path: a string holds a NUL"),
+        (event(5, "failed", error="x", notes=[{"deep": ["ok", "\udcff"]}]), 5,
+         "data.notes.0.deep.1: a string holds an unpaired surrogate"),
+        (event(5, "started", **{"na\udcffme": 1}), 5,
+         "data.'na\\udcffme'.[key]: a string holds an unpaired"),
+        (takeover(operator="ol\x00ga"), 5, "data.operator: a string holds a NUL"),
+        # Numbers within what stores and renders them.
+        (metrics(5) | {"time": MAX_WALL_TIME + 1}, 5, "time: Input should be less than or equal"),
+        (metrics(5) | {"time": -1}, 5, "time: Input should be greater than or equal to 0"),
+        (takeover(started=1e18), 5, "data.started: Input should be less than or equal to 2534023"),
+        (takeover(ended="soon"), 5, "data.ended: Input should be a valid number"),
+        (takeover(ended=1.7e9 - 1), 5, "data: ended must not be before started"),
+        (event(5, "checkpoint", iteration=2**63), 5, "data.iteration: integers must lie within"),
+        (event(5, "started", **nested(70)), 5, "nests deeper than 64 levels"),
+        # Too long to parse: the seq is read from where the trainer writes it.
+        ('{"v":1,"seq":5,' + " " * 2**18 + "}", 5, "message longer than 262144 characters"),
         ({"v": 1, "type": "progress", "seq": 5, "step": 4, "total": 3}, 5, "step must not exceed"),
         (event(5, "lunch"), 5, "kind: Input should be 'started'"),
         ({**event(5, "checkpoint"), "data": []}, 5, "data: Input should be a valid dictionary"),

@@ -179,7 +179,7 @@ def test_with_a_spool_memory_stays_bounded_and_nothing_is_dropped(tmp_path, serv
     port = free_port()
     link = TrainerLink(
         f"http://127.0.0.1:{port}", 7, "tok", max_pending=10, max_backoff_s=0.2,
-        spool=Spool(tmp_path, attempt=1),
+        spool=Spool(tmp_path, attempt=1, key="k"),
     )  # fmt: skip
     for step in range(1, 501):  # the control plane is away all along
         link.progress(step, 500)
@@ -197,15 +197,15 @@ def test_what_is_unacknowledged_at_exit_stays_in_the_spool_and_a_restart_continu
     tmp_path, servers
 ):
     down = f"http://127.0.0.1:{free_port()}"
-    first = TrainerLink(down, 7, "tok", spool=Spool(tmp_path, attempt=2))
+    first = TrainerLink(down, 7, "tok", spool=Spool(tmp_path, attempt=2, key="k"))
     for step in (1, 2, 3):
         first.progress(step, 9)
     assert first.close(timeout=0.2) is False
     spooled = (tmp_path / "attempt-2.jsonl").read_text().splitlines()
-    assert [json.loads(line)["seq"] for line in spooled] == [1, 2, 3]
+    assert [json.loads(line.split(" ", 1)[1])["seq"] for line in spooled] == [1, 2, 3]
 
     server = servers()
-    second = TrainerLink(server.url, 7, "tok", spool=Spool(tmp_path, attempt=2))
+    second = TrainerLink(server.url, 7, "tok", spool=Spool(tmp_path, attempt=2, key="k"))
     second.progress(4, 9)  # numbered after the first process's messages
     assert second.close(timeout=30) is True
     assert sorted(server.by_seq()) == [1, 2, 3, 4]
