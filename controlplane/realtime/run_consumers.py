@@ -11,24 +11,16 @@ the controls keep their elements (hx-preserve, runs/_run_header.html). JSON fram
 carry the stored message as broadcast by runs.telemetry.broadcast_messages.
 """
 
-import hashlib
 import json
-from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 
 from controlplane.access.sockets import GuardedConsumer
 from controlplane.realtime.groups import RUNS_LIST, run_group
-from controlplane.runs import artifacts
 from controlplane.runs.models import Run
-from controlplane.runs.run_page import (
-    eval_run_context,
-    evaluations_context,
-    recent_events,
-    run_controls,
-    where_it_runs,
-)
+from controlplane.runs.run_page import fragment_digest, live_fragments, parse_seen
 from controlplane.runs.selectors import with_figures
 
 
@@ -38,7 +30,12 @@ class RunUpdatesConsumer(GuardedConsumer):
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
         self.group = run_group(self.run_id) if self.run_id else RUNS_LIST
-        self.sent: dict[str, bytes] = {}  # fragment id → digest of the HTML sent last
+        # Fragment id → digest of the HTML the page shows: what it was rendered with
+        # (`?seen=`, run_page.seen_fragments), then what this socket sent last. (A socket
+        # that reconnects starts again from the page's; fragments only move forward, so
+        # at worst one is sent again.)
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        self.sent: dict[str, str] = parse_seen(query.get("seen", [""])[0])
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         if self.run_id:  # anything that changed between the page load and now
@@ -103,7 +100,7 @@ class RunUpdatesConsumer(GuardedConsumer):
         parts = await self._render(run_id, events)
         changed = {}
         for key, html in parts.items():
-            digest = hashlib.blake2b(html.encode(), digest_size=16).digest()
+            digest = fragment_digest(html)
             if self.sent.get(key) != digest:
                 self.sent[key] = digest
                 changed[key] = html
@@ -112,33 +109,13 @@ class RunUpdatesConsumer(GuardedConsumer):
 
     @database_sync_to_async
     def _render(self, run_id: int, events: bool) -> dict[str, str]:
-        """The run's fragments by element id: its row on the runs list; on its page the
-        header, and with `events` everything an event can change."""
-        run = (
-            with_figures(Run.objects.select_related("experiment", "revision", "created_by"))
-            .filter(pk=run_id)
-            .first()
-        )
+        """On the runs list, the run's row; on its page, `run_page.live_fragments`."""
+        if self.run_id:
+            return live_fragments(run_id, self.scope["user"], events)
+        run = with_figures(Run.objects.select_related("experiment", "revision", "created_by"))
+        run = run.filter(pk=run_id).first()
         if run is None:
             return {}
-        if not self.run_id:
-            row = render_to_string("runs/_run_row.html", {"run": run, "oob": True})
-            return {f"run-row-{run.pk}": row}
-        user = self.scope["user"]
-        context: dict[str, Any] = {"run": run, "oob": True, **run_controls(run, user)}
-        parts = {"run-header": render_to_string("runs/_run_header.html", context)}
-        if not events:
-            return parts
-        context["events"] = recent_events(run)
-        context["processes"] = where_it_runs(run)
-        parts["run-events"] = render_to_string("runs/_events.html", context)
-        parts["run-processes"] = render_to_string("runs/_processes.html", context)
-        if run.is_eval:  # its table arrives as the trainer's `evaluated` event
-            context["eval_run"] = eval_run_context(run)
-            parts["run-evaluation"] = render_to_string("runs/_evaluation.html", context)
-        else:  # a checkpoint written: a new file, and Evaluate becomes available
-            context.update(evaluations_context(run, user))
-            parts["run-evaluations"] = render_to_string("runs/_evaluations.html", context)
-        context["files"] = artifacts.list_artifacts(run.pk)
-        parts["run-files"] = render_to_string("runs/_files.html", context)
-        return parts
+        return {
+            f"run-row-{run.pk}": render_to_string("runs/_run_row.html", {"run": run, "oob": True})
+        }

@@ -1,13 +1,16 @@
 """What a run's page and the compare page show, read in one place for the views and the
 live socket alike."""
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
 
 from controlplane.access.doors import may
-from controlplane.runs import eval_tables
+from controlplane.runs import artifacts, eval_tables
 from controlplane.runs.evaluations import evaluation_choices
 from controlplane.runs.forms import EvaluateForm
 from controlplane.runs.frozen_config import (
@@ -17,6 +20,7 @@ from controlplane.runs.frozen_config import (
     frozen_section,
 )
 from controlplane.runs.models import Run, RunEvent, RunState
+from controlplane.runs.selectors import with_figures
 from trainer.cluster import ClusterConfigError, cluster_from_dict, resolve_placement
 
 EVENTS_SHOWN = 200  # the newest events on the page; all of them are in the API
@@ -58,6 +62,62 @@ def evaluations_context(
         "can_evaluate": bool(choices and choices.checkpoints),
         "eval_form": form or EvaluateForm(),
     }
+
+
+def live_fragments(
+    run_id: int, user: AbstractBaseUser | AnonymousUser, events: bool = True
+) -> dict[str, str]:
+    """The run page's live fragments by element id, as its socket sends them (htmx
+    out-of-band swaps): the header and, with `events`, everything an event can change
+    (events, placement, files, evaluations or an eval run's table). {} for no such run."""
+    run = (
+        with_figures(Run.objects.select_related("experiment", "revision", "created_by"))
+        .filter(pk=run_id)
+        .first()
+    )
+    if run is None:
+        return {}
+    context: dict[str, Any] = {"run": run, "oob": True, **run_controls(run, user)}
+    parts = {"run-header": render_to_string("runs/_run_header.html", context)}
+    if not events:
+        return parts
+    context["events"] = recent_events(run)
+    context["processes"] = where_it_runs(run)
+    parts["run-events"] = render_to_string("runs/_events.html", context)
+    parts["run-processes"] = render_to_string("runs/_processes.html", context)
+    if run.is_eval:  # its table arrives as the trainer's `evaluated` event
+        context["eval_run"] = eval_run_context(run)
+        parts["run-evaluation"] = render_to_string("runs/_evaluation.html", context)
+    else:  # a checkpoint written: a new file, and Evaluate becomes available
+        context.update(evaluations_context(run, user))
+        parts["run-evaluations"] = render_to_string("runs/_evaluations.html", context)
+    context["files"] = artifacts.list_artifacts(run.pk)
+    parts["run-files"] = render_to_string("runs/_files.html", context)
+    return parts
+
+
+def fragment_digest(html: str) -> str:
+    return hashlib.blake2b(html.encode(), digest_size=8).hexdigest()
+
+
+def seen_fragments(parts: dict[str, str]) -> str:
+    """What a page shows, for its socket's URL (`?seen=`): `id:digest` per fragment, so
+    the socket's first send after the page load leaves alone what has not changed since
+    (a control swapped then would lose the click that was on its way)."""
+    return ",".join(f"{key}:{fragment_digest(html)}" for key, html in parts.items())
+
+
+def template_names(parts: dict[str, str]) -> dict[str, SafeString]:
+    """Fragments for a page's template, by names it can use (`run-header` → run_header).
+    Safe: each is the output of our own templates, which escaped what they show."""
+    return {key.replace("-", "_"): mark_safe(html) for key, html in parts.items()}
+
+
+def parse_seen(text: str) -> dict[str, str]:
+    """`seen_fragments` read back: {fragment id: digest}; what does not parse is left out
+    (it is then sent, which is always safe)."""
+    pairs = (item.partition(":") for item in text.split(",")[:20])
+    return {key: digest for key, sep, digest in pairs if sep and key and digest}
 
 
 def recent_events(run: Run) -> list[RunEvent]:

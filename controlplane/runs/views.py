@@ -2,6 +2,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from controlplane.access.pages import guarded, refused_status
@@ -20,12 +21,11 @@ from controlplane.runs.run_page import (
     chart_context,
     config_differences,
     config_problem,
-    eval_run_context,
     evaluations_context,
-    recent_events,
-    run_controls,
+    live_fragments,
     runs_to_compare,
-    where_it_runs,
+    seen_fragments,
+    template_names,
 )
 from controlplane.runs.selectors import RunFilterError, RunFilters, job_logs, runs_list
 
@@ -74,24 +74,25 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _run_page(request: HttpRequest, run: Run, eval_form: EvaluateForm | None = None):
-    """The run's page; a refused Evaluate form shows it again as it was filled in (422)."""
-    if run.is_eval:
-        evaluation = {"eval_run": eval_run_context(run)}
-    else:
-        evaluation = evaluations_context(run, request.user, eval_form)
+    """The run's page; a refused Evaluate form shows it again as it was filled in (422).
+
+    Its live parts are the very fragments its socket sends (`live_fragments`), and the
+    socket is told their digests: it then swaps only what changed after this render."""
+    fragments = live_fragments(run.pk, request.user)
+    shown = dict(fragments)
+    if eval_form is not None:  # as it was filled in, with what is wrong with it
+        context = {"run": run, **evaluations_context(run, request.user, eval_form)}
+        shown["run-evaluations"] = render_to_string("runs/_evaluations.html", context, request)
     return render(
         request,
         "runs/run_detail.html",
         {
             "run": run,
-            "events": recent_events(run),
-            "processes": where_it_runs(run),
+            "fragments": template_names(shown),
+            "seen_fragments": seen_fragments(fragments),
             "config_problem": config_problem(run),
-            **run_controls(run, request.user),
             "chart_context": {**chart_context(run), "now": timezone.now().isoformat()},
-            "files": artifacts.list_artifacts(run.pk),
             "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
-            **evaluation,
         },
         status=refused_status(request, eval_form is not None and eval_form.errors),
     )

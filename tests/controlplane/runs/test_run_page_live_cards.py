@@ -16,8 +16,8 @@ from controlplane.runs import artifacts
 from controlplane.runs.evaluations import EvalRequest, request_evaluation
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
-from controlplane.runs.tokens import make_run_token
 from tests.runs import submitted_run
+from tests.trainer_socket import send, trainer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,21 +48,6 @@ async def browser(run: Run, cookie: str) -> WebsocketCommunicator:
     return socket
 
 
-async def trainer(run: Run) -> WebsocketCommunicator:
-    socket = WebsocketCommunicator(
-        websocket_application, f"/ws/trainer/{run.pk}/",
-        headers=[(b"authorization", f"Bearer {make_run_token(run.pk)}".encode())],
-    )  # fmt: skip
-    connected, code = await socket.connect()
-    assert connected, code
-    return socket
-
-
-async def send(link: WebsocketCommunicator, message: dict) -> None:
-    await link.send_to(text_data=json.dumps({"v": 1, **message}))
-    assert json.loads(await link.receive_from(timeout=10))["type"] == "ack"
-
-
 def write_checkpoint(run: Run, iteration: int) -> str:
     folder = artifacts.run_artifact_dir(run.pk) / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,6 +73,30 @@ async def test_only_the_fragments_that_changed_are_sent(run, operator):
     assert 'id="run-events"' in fragments and 'data-kind="recovered"' in fragments
     assert 'id="run-files"' not in fragments and 'id="run-evaluations"' not in fragments
     assert 'id="run-header"' not in fragments
+    await link.disconnect()
+    await page.disconnect()
+
+
+async def test_the_pages_own_socket_leaves_what_it_shows_alone(run, operator, client):
+    """The page tells its socket what it was rendered with: nothing is swapped at
+    connect unless it changed since, so no control is replaced under a user's click."""
+    html = (await database_sync_to_async(client.get)(f"/runs/{run.pk}/")).content.decode()
+    url = html[html.index('ws-connect="') + len('ws-connect="') :].split('"')[0]
+    assert url.startswith(f"/ws/runs/{run.pk}/?seen=run-header")
+    page = WebsocketCommunicator(
+        websocket_application, url.replace("&amp;", "&"),
+        headers=[(b"origin", b"http://localhost"), (b"cookie", operator[1].encode())],
+    )  # fmt: skip
+    connected, code = await page.connect()
+    assert connected, code
+    assert await page.receive_nothing(timeout=1)
+    await database_sync_to_async(write_checkpoint)(run, 4)
+    link = await trainer(run)
+    await send(link, {"type": "event", "seq": 1, "kind": "checkpoint",
+                      "data": {"iteration": 4, "path": "checkpoints/iter_4.pt"}})  # fmt: skip
+    fragments = await page.receive_from(timeout=10)
+    assert 'id="run-files"' in fragments and 'id="run-evaluations"' in fragments
+    assert 'id="run-header"' not in fragments and 'id="run-processes"' not in fragments
     await link.disconnect()
     await page.disconnect()
 

@@ -12,8 +12,8 @@ from django.contrib.auth.models import Group
 
 from controlplane.realtime.routing import websocket_application
 from controlplane.runs.models import Run
-from controlplane.runs.tokens import make_run_token
 from tests.runs import submitted_run
+from tests.trainer_socket import send, trainer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,21 +41,6 @@ async def browser(run: Run, cookie: str) -> WebsocketCommunicator:
     first = await socket.receive_from(timeout=10)  # what changed since the page load
     assert 'id="run-header"' in first and 'id="run-events"' in first
     return socket
-
-
-async def trainer(run: Run) -> WebsocketCommunicator:
-    socket = WebsocketCommunicator(
-        websocket_application, f"/ws/trainer/{run.pk}/",
-        headers=[(b"authorization", f"Bearer {make_run_token(run.pk)}".encode())],
-    )  # fmt: skip
-    connected, code = await socket.connect()
-    assert connected, code
-    return socket
-
-
-async def send(link: WebsocketCommunicator, message: dict) -> None:
-    await link.send_to(text_data=json.dumps({"v": 1, **message}))
-    assert json.loads(await link.receive_from(timeout=10))["type"] == "ack"
 
 
 async def test_metrics_and_progress_reach_the_page_as_json(run, operator_cookie):

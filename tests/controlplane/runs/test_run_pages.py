@@ -124,7 +124,7 @@ def test_runs_list_filters_and_run_page(operator):
     assert f'id="run-row-{run.pk}"' in listed and 'ws-connect="/ws/runs/"' in listed
     assert f'id="run-row-{run.pk}"' not in operator.get("/runs/?state=running").content.decode()
     page = operator.get(f"/runs/{run.pk}/").content.decode()
-    assert "Stop" in page and f'ws-connect="/ws/runs/{run.pk}/"' in page
+    assert "Stop" in page and f'ws-connect="/ws/runs/{run.pk}/?seen=' in page
     diff = operator.get(f"/runs/{other.pk}/diff/{run.pk}/").content.decode()
     assert "+  seed: 2" in diff
 
