@@ -113,6 +113,7 @@ def ours_batch(algorithm: PPO, data: dict[str, torch.Tensor]) -> Trajectories:
                     success=torch.zeros(envs, dtype=torch.bool),
                     executed_actions=ones,
                     intervened=torch.zeros(envs, dtype=torch.bool),
+                    held=torch.zeros(envs, dtype=torch.bool),
                 )
             )
     return algorithm.attach_values(storage.finish(0, torch.arange(envs), torch.arange(envs), ones))

@@ -16,10 +16,12 @@ from trainer.data.rollout_storage import Trajectories
 def trajectory_scores(
     batch: Trajectories, settings_use_plan_reward: bool, coef: float, base_h: float
 ) -> torch.Tensor:
-    """Outcome score per trajectory: 1 for success, plus the plan reward if enabled."""
-    scores = batch.episode_success.float()
+    """Outcome score per trajectory: 1 for a success of the policy's own (an episode a
+    human helped scores 0), plus the plan reward if enabled."""
+    success = batch.policy_success
+    scores = success.float()
     if settings_use_plan_reward:
-        scores = scores + plan_reward_bonus(batch.episode_success, batch.horizon, coef, base_h)
+        scores = scores + plan_reward_bonus(success, batch.horizon, coef, base_h)
     return scores
 
 

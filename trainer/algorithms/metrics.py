@@ -13,7 +13,9 @@ Metric names are stable (the control plane charts them and CI gates on them):
   ``counts/task{T}/h{H}/`` (e.g. ``counts/task3/h5/successes``)
 - with an operator (``env.interventions``): ``interventions/steps`` (decisions a human
   chose), ``interventions/episodes`` and ``interventions/rate`` (their share of the
-  decisions)
+  decisions), ``interventions/held_steps`` (decisions a safety rule held still: not a
+  human's), ``rollout/unassisted_success_rate`` (success of the episodes the policy
+  ran alone)
 
 Log-only numbers live in these dicts only; they never enter the training batch.
 """
@@ -39,6 +41,10 @@ def episode_counts(trajectories: Trajectories) -> Counter[str]:
     intervened = trajectories.intervened & trajectories.valid
     counts["intervened_steps"] += float(intervened.sum())
     counts["intervened_episodes"] += float(intervened.any(0).sum())
+    counts["held_steps"] += float((trajectories.held & trajectories.valid).sum())
+    unassisted = ~trajectories.assisted
+    counts["unassisted_episodes"] += float(unassisted.sum())
+    counts["unassisted_successes"] += float(success[unassisted].sum())
     counts["decisions"] += float(trajectories.valid.sum())
     for key, labels in (("task", trajectories.task_id), ("plan_h", trajectories.horizon)):
         for label in labels.unique().tolist():
@@ -71,10 +77,15 @@ def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
         "rollout/episode_length": counts["length_sum"] / episodes,
         "rollout/episodes": episodes,
     }
-    if counts["intervened_steps"]:  # runs with an operator (env.interventions)
+    if counts["intervened_steps"] or counts["held_steps"]:  # runs with env.interventions
         metrics["interventions/episodes"] = counts["intervened_episodes"]
         metrics["interventions/steps"] = counts["intervened_steps"]
+        metrics["interventions/held_steps"] = counts["held_steps"]
         metrics["interventions/rate"] = counts["intervened_steps"] / max(counts["decisions"], 1)
+        if counts["unassisted_episodes"]:  # what the policy achieved on its own
+            metrics["rollout/unassisted_success_rate"] = (
+                counts["unassisted_successes"] / counts["unassisted_episodes"]
+            )
     metrics.update(count_metrics(counts))
     for key, total in sorted(counts.items()):
         if not key.endswith("_total_count") or not total or "/" in key:

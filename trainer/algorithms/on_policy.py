@@ -187,9 +187,8 @@ class OnPolicyAlgorithm(ABC):
                 timeout=timeouts,
                 success=step.success,
                 executed_actions=step.executed_actions,
-                intervened=(
-                    step.intervened if step.intervened is not None else torch.zeros_like(step.done)
-                ),
+                intervened=_flags(step.intervened, step.done),
+                held=_flags(step.held, step.done),
             )
         )
         self._pending = None
@@ -225,8 +224,8 @@ class OnPolicyAlgorithm(ABC):
 
     # ----- learning ------------------------------------------------------------
     def trajectory_scores(self, batch: Trajectories) -> torch.Tensor:
-        """What a trajectory scored, for the group filter: its success."""
-        return batch.episode_success.float()
+        """What a trajectory scored, for the group filter: the policy's own success."""
+        return batch.policy_success.float()
 
     @abstractmethod
     def compute_returns(self, batch: Trajectories) -> Trajectories:
@@ -245,13 +244,15 @@ class OnPolicyAlgorithm(ABC):
         """
         s = self.settings
         self.policy_version += 1
-        weight = samples["weight"]
         normalize = s.normalize_advantages
         if normalize is None:
             normalize = self.normalizes_advantages
         if normalize:
             adv = samples["advantage"]
+            # Over the rows the clipped loss takes (as rsl_rl and CleanRL do): a human's
+            # rows weigh nothing there, so they must not shift or scale the policy's.
             # Statistics over every rank's rows, so all ranks scale alike.
+            weight = samples["policy_weight"]
             moments = self.collective.sum_tensor(
                 torch.stack([(adv * weight).sum(), (adv**2 * weight).sum(), weight.sum()])
             )
@@ -377,3 +378,8 @@ class OnPolicyAlgorithm(ABC):
         self.optimizer.load_state_dict(state["optimizer"])
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
+
+
+def _flags(flags: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """A step's per-copy flags, all false for an env without an action source."""
+    return flags if flags is not None else torch.zeros_like(like)

@@ -20,9 +20,10 @@ class PPO(OnPolicyAlgorithm):
         s = self.settings
         rewards = batch.reward.clone()
         if s.use_plan_reward:
-            # Scored at the trajectory's last decision, where its success is known.
+            # Scored at the trajectory's last decision, where its success is known;
+            # a horizon earns no bonus for a success a human made.
             bonus = plan_reward_bonus(
-                batch.episode_success, batch.horizon, s.plan_reward_coef, s.base_h
+                batch.policy_success, batch.horizon, s.plan_reward_coef, s.base_h
             )
             last = batch.last_step_index()
             rewards[last, torch.arange(batch.num_episodes)] += bonus

@@ -72,6 +72,29 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm of each member's features with that member's own scale and bias
+    ([E, 1, size] each), as RLPD's vmapped ensemble has: [E, B, size] → [E, B, size]."""
+
+    def __init__(self, members: int, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.weight = nn.Parameter(torch.ones(members, 1, size))
+        self.bias = nn.Parameter(torch.zeros(members, 1, size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, F.layer_norm(x, (self.size,)), self.weight)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # Checkpoints written before each member had its own: one [size] scale and bias
+        # shared by all members, which is every member starting from the same values.
+        for name in ("weight", "bias"):
+            stored = state_dict.get(prefix + name)
+            if stored is not None and stored.dim() == 1:
+                state_dict[prefix + name] = stored.expand_as(getattr(self, name)).clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
 class PixelEncoder(nn.Module):
     """Camera images to features with trainer.models' CNN; uint8 frames (as the replay
     buffers keep them) are scaled to [0, 1] first."""
@@ -113,7 +136,7 @@ class CriticEnsemble(nn.Module):
         for size in hidden:
             layers.append(EnsembleLinear(members, width, size))
             if layer_norm:
-                layers.append(nn.LayerNorm(size))  # normalises each member's features
+                layers.append(EnsembleLayerNorm(members, size))
             layers.append(nn.ReLU())
             width = size
         layers.append(EnsembleLinear(members, width, 1))
@@ -145,10 +168,13 @@ class TanhGaussianActor(nn.Module):
         mean, log_std = self.head(self.body(self.encoder(obs))).chunk(2, dim=-1)
         return mean, log_std.clamp(*LOG_STD_RANGE)
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised action and its log-probability [B]."""
+    def sample(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-probability [B]; the noise from
+        `generator` (the global generator when None)."""
         mean, log_std = self(obs)
-        noise = torch.randn_like(mean)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         raw = mean + noise * log_std.exp()
         action = torch.tanh(raw)
         gaussian = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -157,8 +183,11 @@ class TanhGaussianActor(nn.Module):
         return action, gaussian - squash
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        return torch.tanh(self(obs)[0]) if deterministic else self.sample(obs)[0]
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        return torch.tanh(self(obs)[0]) if deterministic else self.sample(obs, generator)[0]
 
 
 class RLPDLearner:

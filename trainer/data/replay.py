@@ -105,7 +105,9 @@ class ReplayBuffer:
 class MixedSampler:
     """Batches drawn `demo_fraction` from the demo buffer and the rest from the online
     buffer, in exact counts (RLPD's 50/50 by default): even when online data outnumber
-    the demos a thousand to one, every update sees successful behaviour."""
+    the demos a thousand to one, every update sees successful behaviour. While the demo
+    buffer is empty (no demo file, no intervention yet) whole batches come from the
+    online buffer, as RLPD without prior data is soft actor-critic (`online_only`)."""
 
     def __init__(
         self,
@@ -123,17 +125,29 @@ class MixedSampler:
         self.training_starts = training_starts
 
     def ready(self) -> bool:
-        """Updates wait until the online buffer holds `training_starts` transitions and
-        each buffer a batch needs rows from holds any."""
-        return len(self.online) >= max(self.training_starts, 1 if self.online_rows else 0) and (
-            len(self.demo) > 0 or self.demo_rows == 0
-        )
+        """Updates wait until the online buffer holds `training_starts` transitions (and
+        one at least where a batch takes rows from it)."""
+        takes_online = self.online_rows > 0 or self.online_only
+        return len(self.online) >= max(self.training_starts, 1 if takes_online else 0)
+
+    @property
+    def online_only(self) -> bool:
+        """Batches are meant to hold demos but the demo buffer has none yet."""
+        return self.demo_rows > 0 and len(self.demo) == 0
+
+    @property
+    def demo_share(self) -> float:
+        """The share of the next batch drawn from the demo buffer."""
+        return 0.0 if self.online_only else self.demo_rows / (self.online_rows + self.demo_rows)
 
     def sample(self, generator: torch.Generator | None = None) -> Batch:
         """Online rows first, then demo rows; `from_demo` says which is which."""
+        online_rows, demo_rows = self.online_rows, self.demo_rows
+        if self.online_only:
+            online_rows, demo_rows = online_rows + demo_rows, 0
         parts = [
             (buffer, rows)
-            for buffer, rows in ((self.online, self.online_rows), (self.demo, self.demo_rows))
+            for buffer, rows in ((self.online, online_rows), (self.demo, demo_rows))
             if rows
         ]
         fields = parts[0][0].fields
@@ -142,7 +156,7 @@ class MixedSampler:
                 f"the demo buffer's fields {sorted(self.demo.fields)} differ from the "
                 f"online buffer's {sorted(fields)}"
             )
-        batch_size = self.online_rows + self.demo_rows
+        batch_size = online_rows + demo_rows
         # Each buffer's rows are gathered straight into their half of the batch: no
         # intermediate tensors to concatenate.
         batch = {
@@ -155,7 +169,7 @@ class MixedSampler:
             for name, tensor in buffer.fields.items():
                 torch.index_select(tensor, 0, index, out=batch[name][start : start + rows])
             start += rows
-        batch["from_demo"] = torch.arange(batch_size, device=self.online.device) >= self.online_rows
+        batch["from_demo"] = torch.arange(batch_size, device=self.online.device) >= online_rows
         return batch
 
 

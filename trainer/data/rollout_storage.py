@@ -29,6 +29,7 @@ STEP_FIELDS = (
     "success",
     "executed_actions",
     "intervened",
+    "held",
     "valid",
     "advantage",
     "returns",
@@ -79,9 +80,11 @@ class Transition:
     timeout: torch.Tensor
     success: torch.Tensor
     executed_actions: torch.Tensor
-    # A human (an action source) chose the env's action: the policy's own draw was not
-    # executed, so the row stays out of the policy-gradient loss (`policy_weight`).
+    # An operator's input chose the env's action (`intervened`), or a safety rule held
+    # the copy still with a zero action (`held`): either way the policy's own draw was
+    # not executed, so the row stays out of the policy-gradient loss (`policy_weight`).
     intervened: torch.Tensor
+    held: torch.Tensor
 
 
 @dataclass
@@ -102,6 +105,7 @@ class Trajectories:
     success: torch.Tensor
     executed_actions: torch.Tensor
     intervened: torch.Tensor
+    held: torch.Tensor
     valid: torch.Tensor
     advantage: torch.Tensor
     returns: torch.Tensor
@@ -122,6 +126,24 @@ class Trajectories:
     def num_steps(self) -> int:
         return int(self.obs.shape[0])
 
+    @property
+    def not_the_policys(self) -> torch.Tensor:
+        """``[T, B]``: rows whose executed action the policy did not choose (an
+        operator's, or a safety hold's zero action)."""
+        return self.intervened | self.held
+
+    @property
+    def assisted(self) -> torch.Tensor:
+        """``[B]``: the policy did not choose every one of the episode's steps."""
+        return (self.not_the_policys & self.valid).any(0)
+
+    @property
+    def policy_success(self) -> torch.Tensor:
+        """``[B]``: what the policy achieved on its own. An episode a human helped
+        counts as a failure for the policy, whatever its outcome (docs/training.md,
+        "Human steps")."""
+        return self.episode_success & ~self.assisted
+
     def select(self, episodes: torch.Tensor) -> Trajectories:
         """The episodes at ``episodes`` (indices or a boolean mask), in that order."""
         values = {name: getattr(self, name)[:, episodes] for name in STEP_FIELDS}
@@ -137,7 +159,8 @@ class Trajectories:
 
     def training_samples(self) -> dict[str, torch.Tensor]:
         """Valid rows flattened to ``[N, ...]``, with the loss weight of each row, and its
-        weight in the policy-gradient terms (0 where a human chose the action)."""
+        weight in the policy-gradient terms (0 where the policy did not choose the
+        action: a human's step or a safety hold)."""
         valid = self.valid
         weight = (self.loss_mask[None, :].expand_as(valid)).to(torch.float32)
         columns = {
@@ -146,7 +169,7 @@ class Trajectories:
             if name not in ("weight", "policy_weight")
         }
         columns["weight"] = weight[valid]
-        columns["policy_weight"] = (weight * ~self.intervened)[valid]
+        columns["policy_weight"] = (weight * ~self.not_the_policys)[valid]
         return columns
 
 
@@ -240,6 +263,7 @@ class RolloutStorage:
         stacked["timeout"] = stacked["timeout"] & valid
         stacked["executed_actions"] = stacked["executed_actions"] * valid
         stacked["intervened"] = stacked["intervened"] & valid
+        stacked["held"] = stacked["held"] & valid
         batch = self.num_envs
         return Trajectories(
             **stacked,

@@ -1,7 +1,14 @@
 """Human interventions at the trainer level (seed 004): an env wrapper that asks an
 external action source, at every step, whether it takes over each copy. Where it does,
-its action replaces the policy's and the step says so (`EnvStep.intervened`), so the
-transition can go into both of RLPD's buffers and be left out of a policy-gradient
+its action replaces the policy's, and the step says which kind of step it was:
+
+- `EnvStep.intervened`: an operator's input chose the action (a demonstration: it goes
+  into both of RLPD's buffers);
+- `EnvStep.held`: a safety rule held the copy still with a zero action (e-stop, a lost
+  link, a takeover without a fresh command): recorded and charted, never a
+  demonstration, as in HIL-SERL, where a step is a human's only while they give input.
+
+Either way the policy did not choose it, so the row stays out of a policy-gradient
 loss. The browser console plugs into the same `ActionSource` protocol; tests and demo
 recording use the scripted operator below.
 """
@@ -9,7 +16,7 @@ recording use the scripted operator below.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -17,12 +24,17 @@ from trainer.envs.builtin_reach import NUM_MARKERS, TASK_NAMES
 from trainer.envs.vector_env import EnvStep, VectorEnv
 
 
+class SourceActions(NamedTuple):
+    """What an action source does with each of `N` copies at one step."""
+
+    actions: torch.Tensor  # [N, action_dim]; rows it does not take over are ignored
+    takes_over: torch.Tensor  # [N] bool: its action replaces the policy's
+    human: torch.Tensor  # [N] bool, within takes_over: an operator's input chose it
+
+
 class ActionSource(Protocol):
-    def act(
-        self, obs: torch.Tensor, episode_step: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """For each copy, the source's action `[N, action_dim]` and whether it takes
-        over `[N]` (rows it does not take over are ignored)."""
+    def act(self, obs: torch.Tensor, episode_step: torch.Tensor) -> SourceActions:
+        """For each copy, the source's action and whether (and how) it takes over."""
         ...
 
     def episode_ended(self, done: torch.Tensor) -> None:
@@ -68,9 +80,13 @@ class InterventionEnv(VectorEnv):
                 f"interventions take one action per step: actions must have shape "
                 f"({self.num_envs}, {self.action_dim}), got {tuple(actions.shape)}"
             )
-        human, active = self.source.act(self.obs, self.episode_step)
-        applied = torch.where(active[:, None], human.to(actions.dtype), actions)
-        step = replace(self.env.step(applied), applied_actions=applied, intervened=active.clone())
+        taken = self.source.act(self.obs, self.episode_step)
+        applied = torch.where(taken.takes_over[:, None], taken.actions.to(actions.dtype), actions)
+        human = taken.human & taken.takes_over
+        step = replace(
+            self.env.step(applied), applied_actions=applied, intervened=human,
+            held=taken.takes_over & ~human,
+        )  # fmt: skip
         after_step = getattr(self.source, "after_step", None)
         if after_step is not None:
             step = after_step(actions, step)
@@ -104,9 +120,7 @@ class ScriptedReachOperator:
         draw = torch.rand(done.shape[0], generator=self.generator) < self.share
         self.chosen = torch.where(done, draw, self.chosen)
 
-    def act(
-        self, obs: torch.Tensor, episode_step: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, episode_step: torch.Tensor) -> SourceActions:
         to_goal = obs[:, 4:7]  # goal marker minus effector (BuiltinReachEnv._observe)
         task = obs[:, -len(TASK_NAMES) :].argmax(1)  # the task's one-hot comes last
         direction = to_goal / to_goal.norm(dim=1, keepdim=True).clamp_min(1e-6)
@@ -116,4 +130,4 @@ class ScriptedReachOperator:
         active = self.chosen.clone()
         if self.max_steps is not None:
             active &= episode_step < self.max_steps
-        return actions, active
+        return SourceActions(actions, active, active)

@@ -37,6 +37,7 @@ from typing import Literal
 
 import torch
 
+from trainer.envs.intervention import SourceActions
 from trainer.envs.vector_env import EnvStep
 
 POLICY, HUMAN, STOPPED, ESTOPPED = "policy", "human", "stopped", "e-stopped"
@@ -257,12 +258,14 @@ class TeleopSource:
             ]
 
     # ----- the env's side (trainer.envs.intervention.ActionSource) ------------------------
-    def act(
-        self, obs: torch.Tensor, episode_step: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, episode_step: torch.Tensor) -> SourceActions:
+        """Copies held by an operator or held still take the source's action; of those,
+        only a copy whose operator's command is fresh is a human's step (a
+        demonstration); the rest get a zero action and are safety holds."""
         self._pace()
         actions = torch.zeros(self.num_envs, self.action_dim)
         active = torch.zeros(self.num_envs, dtype=torch.bool)
+        human = torch.zeros(self.num_envs, dtype=torch.bool)
         applied: list[str] = []
         with self._lock:
             now = self.clock()
@@ -280,13 +283,14 @@ class TeleopSource:
                     fresh = now - state.sent_at <= self.settings.command_window_s
                     if state.command is not None and fresh:
                         actions[index] = state.command
+                        human[index] = True
                         if state.command_id is not None:
                             applied.append(state.command_id)
                             state.command_id = None
         if self.on_applied is not None:
             for command_id in applied:
                 self.on_applied(command_id, now)
-        return actions, active
+        return SourceActions(actions, active, human)
 
     def after_step(self, policy_actions: torch.Tensor, step: EnvStep) -> EnvStep:
         """Note what the policy wanted and apply the operators' marks to the step."""

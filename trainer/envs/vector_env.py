@@ -36,9 +36,11 @@ class EnvStep:
     # bootstrap falls back to ``obs``)
     final_observation: torch.Tensor | None = None
     # Set by trainer.envs.intervention.InterventionEnv: the actions the env executed
-    # [N, action_dim] and which copies a human (an action source) controlled [N].
+    # [N, action_dim], which copies an operator's input chose the action of [N] (a
+    # demonstration), and which a safety rule held still with a zero action [N].
     applied_actions: torch.Tensor | None = None
     intervened: torch.Tensor | None = None
+    held: torch.Tensor | None = None
 
     @property
     def done(self) -> torch.Tensor:

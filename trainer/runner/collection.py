@@ -157,7 +157,7 @@ def collect_exact_batch(
         rounds += 1
         episodes.append(trajectories)
         if filter_groups:
-            score = scores(trajectories) if scores else trajectories.episode_success.float()
+            score = scores(trajectories) if scores else trajectories.policy_success.float()
             mixed = informative_groups(score, group_size)
             keep = mixed.repeat_interleave(group_size)
             kept.append(trajectories.select(keep))

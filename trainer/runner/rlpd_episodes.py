@@ -16,12 +16,14 @@ from trainer.envs.vector_env import VectorEnv
 
 @dataclass
 class EpisodeStats:
-    """Per copy: whether it succeeded, its return, length and the steps a human chose."""
+    """Per copy: whether it succeeded, its return, length, the steps a human chose and
+    the steps a safety rule held it still."""
 
     success: torch.Tensor
     returns: torch.Tensor
     lengths: torch.Tensor
     intervened_steps: torch.Tensor
+    held_steps: torch.Tensor
     # Updates the learner made between the weights the copies acted with and its own at
     # the end of the episode (placed workers only).
     policy_lag: float | None = None
@@ -33,7 +35,7 @@ class EpisodeStats:
 
         return cls(
             joined("success"), joined("returns"), joined("lengths"), joined("intervened_steps"),
-            policy_lag,
+            joined("held_steps"), policy_lag,
         )  # fmt: skip
 
 
@@ -55,7 +57,7 @@ def run_episodes(
     running = torch.ones(copies, dtype=torch.bool)
     success = torch.zeros(copies, dtype=torch.bool)
     returns, lengths = torch.zeros(copies), torch.zeros(copies)
-    intervened_steps = torch.zeros(copies)
+    intervened_steps, held_steps = torch.zeros(copies), torch.zeros(copies)
     while bool(running.any()):
         actions = act(obs)
         step = env.step(actions)
@@ -64,7 +66,9 @@ def run_episodes(
         returns += torch.where(running, step.reward, 0.0)
         lengths += running.float()
         intervened_steps += (running & rows["intervened"]).float()
+        if step.held is not None:
+            held_steps += (running & step.held).float()
         success |= running & step.success
         running &= ~step.done
         obs = step.obs
-    return EpisodeStats(success, returns, lengths, intervened_steps)
+    return EpisodeStats(success, returns, lengths, intervened_steps, held_steps)

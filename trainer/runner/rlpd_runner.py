@@ -136,6 +136,7 @@ class RLPDRunner:
             else {task: int(self.env.init_states(task).shape[0]) for task in task_ids}
         )
         self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
+        self._online_only = False  # the last state of the sampler the log was told
         self.update_metrics: list[dict[str, float]] = []
         self.update_seconds = 0.0
         self.iteration = 0
@@ -191,19 +192,42 @@ class RLPDRunner:
         """Uniformly random actions until `training_starts` online transitions."""
         return len(self.online) < self.config.algorithm.rlpd.training_starts
 
-    def take_step(self, rows: dict[str, torch.Tensor], share: float) -> None:
-        """One env step's transitions (of `share` of the run's copies) into the buffers,
-        then the update rounds they pay for: `updates_per_step` per step of every copy."""
+    def take_step(self, rows: dict[str, torch.Tensor]) -> None:
+        """One env step's transitions (of the copies still in their episode) into the
+        buffers, then the update rounds they pay for: `updates_per_step` rounds per
+        `num_envs` stored transitions, so the update-to-data ratio is per transition, as
+        RLPD defines it, however many copies are still stepping."""
         add_transitions(self.online, self.demo, rows)
         if not self.sampler.ready():
             self.owed_updates = 0.0
             return
-        self.owed_updates += self.config.algorithm.rlpd.updates_per_step * share
+        self._note_demo_share()
+        stored = int(rows["reward"].shape[0])
+        self.owed_updates += self.config.algorithm.rlpd.updates_per_step * stored / self.num_envs
         started = time.monotonic()
         while self.owed_updates > 1 - 1e-9:
             self.update_metrics.append(self.learner.update(self._sample))
             self.owed_updates -= 1
         self.update_seconds += time.monotonic() - started
+
+    def _note_demo_share(self) -> None:
+        """Say in the log when updates draw from the online buffer alone for want of
+        demo data, and when demo data arrives."""
+        online_only = self.sampler.online_only
+        if online_only == self._online_only:
+            return
+        self._online_only = online_only
+        if online_only:
+            log.warning(
+                "rlpd: the demo buffer is empty (no algorithm.rlpd.demos, no intervention "
+                "yet): updates draw whole batches from the online buffer until demo data "
+                "arrives (rlpd/demo_share 0)"
+            )
+        else:
+            log.info(
+                "rlpd: demo data arrived: batches draw %.0f%% from the demo buffer",
+                100 * self.sampler.demo_share,
+            )
 
     def train_iteration(self) -> dict[str, float]:
         task_id = self.task_cursor.current()
@@ -214,7 +238,7 @@ class RLPDRunner:
         else:
             stats = run_episodes(
                 self.env, task_id, self.env.init_states(task_id)[indices], self._act,
-                lambda rows: self.take_step(rows, 1.0),
+                self.take_step,
             )  # fmt: skip
         elapsed = time.monotonic() - started
         update_metrics, update_seconds = self.update_metrics, self.update_seconds
@@ -231,8 +255,13 @@ class RLPDRunner:
         counts[f"task{task_id}_total_count"] = float(copies)
         metrics = rates_from_counts(counts)
         metrics.update(_mean(update_metrics))
+        # Critic updates per transition stored this iteration: RLPD's update-to-data ratio.
+        metrics["rlpd/utd"] = (
+            len(update_metrics) * self.config.algorithm.rlpd.cta_ratio / max(env_steps, 1)
+        )
+        metrics["rlpd/demo_share"] = self.sampler.demo_share
         intervened = stats.intervened_steps > 0
-        unassisted = ~intervened
+        unassisted = ~intervened & (stats.held_steps == 0)
         if bool(unassisted.any()):  # what the policy achieved on its own
             metrics["rollout/unassisted_success_rate"] = float(success[unassisted].float().mean())
         if stats.policy_lag is not None:
@@ -243,6 +272,7 @@ class RLPDRunner:
                 "interventions/episodes": float(intervened.sum()),
                 "interventions/steps": float(stats.intervened_steps.sum()),
                 "interventions/rate": float(stats.intervened_steps.sum()) / max(env_steps, 1),
+                "interventions/held_steps": float(stats.held_steps.sum()),
                 "buffers/online": float(len(self.online)),
                 "buffers/demo": float(len(self.demo)),
                 "rlpd/updates": float(self.learner.updates),

@@ -97,11 +97,15 @@ class RLPDActorWorker:
         self.env = build_env(self.config)
         hidden = tuple(self.config.algorithm.rlpd.hidden_sizes)
         self.policy = TanhGaussianActor(self.env.obs_shape, self.env.action_dim, hidden)
+        # Exploration and the policy's sampling draw from this generator, so a worker's
+        # episodes follow from the run's seed, its rank and the weights it acts with.
         self.generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
         self.transitions, self.timeout_s = transitions, timeout_s
         self.version = -1  # the learner's update count when the weights were published
         self._published: tuple[int, dict] | None = None
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
 
     def describe(self) -> dict[str, Any]:
         env = self.env
@@ -116,27 +120,47 @@ class RLPDActorWorker:
         }
 
     def set_weights(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        with self._lock:
+        with self._arrived:
             self._published = (version, state)
+            self._arrived.notify_all()
 
-    def _take_weights(self) -> None:
-        with self._lock:
+    def _take_weights(self, at_least: int = -1) -> None:
+        """The latest published weights, waiting (within the exchange deadline) for
+        version `at_least` when this worker has older ones."""
+        with self._arrived:
+            arrived = self._arrived.wait_for(
+                lambda: (
+                    self.version >= at_least
+                    or (self._published is not None and self._published[0] >= at_least)
+                ),
+                timeout=self.timeout_s,
+            )
             published, self._published = self._published, None
+        if not arrived:
+            raise ExchangeTimeout(
+                f"env worker {self.rank}: the learner's weights {at_least} did not arrive "
+                f"within {self.timeout_s:g} s (stalled learner)"
+            )
         if published is not None:
             self.version = published[0]
             self.policy.load_state_dict(published[1])
 
     def run_episode(
-        self, task_id: int, indices: torch.Tensor, explore: bool
+        self, task_id: int, indices: torch.Tensor, explore: bool, version: int
     ) -> tuple[EpisodeStats, int]:
-        """One episode of every copy; its stats and the weights' version acted with last."""
+        """One episode of every copy, starting with the weights of `version` (published
+        before the episode was asked for) or newer ones: the first steps of an iteration
+        act with what the learner had when it began, however the two calls interleave.
+        Its stats and the weights' version acted with last."""
+        if not explore:
+            self._take_weights(at_least=version)
 
         def act(obs: torch.Tensor) -> torch.Tensor:
             self._take_weights()
-            if explore or self.version < 0:
+            if explore:
                 return random_actions(obs.shape[0], self.env.action_dim, self.generator)
             with torch.no_grad():
-                return self.policy.act(obs)
+                return self.policy.act(obs, generator=self.generator)
 
         stats = run_episodes(
             self.env, task_id, self.env.init_states(task_id)[indices], act, self._send
@@ -198,9 +222,9 @@ class RLPDActors:
         self.publish(runner, force=True)
         pending, start = {}, 0
         for worker, (handle, size) in enumerate(zip(self.workers, self.sizes, strict=True)):
-            pending[handle.run_episode.remote(task_id, indices[start : start + size], explore)] = (
-                worker
-            )
+            part = indices[start : start + size]
+            version = self.published_version
+            pending[handle.run_episode.remote(task_id, part, explore, version)] = worker
             start += size
         heard = [time.monotonic()] * len(self.workers)
         results: dict[int, tuple[EpisodeStats, int]] = {}
@@ -230,7 +254,7 @@ class RLPDActors:
             return
         for worker, rows in self.transitions.get_nowait_batch(waiting):
             heard[worker] = time.monotonic()
-            runner.take_step(rows, self.sizes[worker] / self.num_envs)
+            runner.take_step(rows)
 
     def _result(self, ref: Any, worker: int) -> tuple[EpisodeStats, int]:
         try:

@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
 from trainer.config.loading import load_config
+from trainer.data.replay import ReplayBuffer, add_transitions, transition_batch
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.envs.intervention import InterventionEnv
 from trainer.envs.teleop import TeleopSettings, TeleopSource
@@ -35,8 +36,10 @@ PUSH = [1.0, 0, 0, 0, 0, 0, -1.0]
 
 class Robots:
     """Two simulated robots stepping at `hz` behind the run's link, with every step's
-    applied actions recorded as (time, actions, intervened), and every message the
-    link handed the console bridge in `received`.
+    applied actions recorded as (time, actions, taken over: an operator's step or a
+    safety hold), every step's transitions added to RLPD's two buffers (`online`,
+    `demo`) as an RLPD run adds them, and every message the link handed the console
+    bridge in `received`.
 
     With `settings`, the robots are built here on `clock`; with `overrides` (of
     examples/builtin_rlpd_console.yaml) they are built as a run builds them
@@ -65,10 +68,11 @@ class Robots:
         self.received: list[dict] = []
         self.link.on_command(self._receive)
         self.steps: list[tuple[float, torch.Tensor, torch.Tensor]] = []
+        self.online, self.demo = ReplayBuffer(100_000), ReplayBuffer(100_000)
         self.ends: list[tuple[float, torch.Tensor, torch.Tensor]] = []  # terminated, success
         self.period, self.paused = 1.0 / hz, threading.Event()
         self._stop = threading.Event()
-        self.env.reset(0, self.env.init_states(0)[:2])
+        self._obs = self.env.reset(0, self.env.init_states(0)[:2])
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -79,9 +83,12 @@ class Robots:
     def _run(self) -> None:
         while not self._stop.is_set():
             if not self.paused.is_set():
-                step = self.env.step(torch.full((2, 7), POLICY_ACTION))
+                wanted = torch.full((2, 7), POLICY_ACTION)
+                step = self.env.step(wanted)
                 now = time.time()
-                self.steps.append((now, step.applied_actions[:], step.intervened[:]))
+                add_transitions(self.online, self.demo, transition_batch(self._obs, wanted, step))
+                self._obs = step.obs
+                self.steps.append((now, step.applied_actions[:], step.intervened | step.held))
                 if bool(step.done.any()):
                     self.ends.append((now, step.terminated.clone(), step.success.clone()))
             time.sleep(self.period)

@@ -210,3 +210,34 @@ def test_bad_console_messages_get_an_error_naming_what_is_wrong(scene):
 def wait_until_event(run, kind: str) -> RunEvent:
     wait_until(lambda: RunEvent.objects.filter(run=run, kind=kind).exists(), 10, kind, 0.05)
     return RunEvent.objects.filter(run=run, kind=kind).latest("pk")
+
+
+def test_safety_holds_are_not_demonstrations_and_an_operators_commands_are(scene):
+    # HIL-SERL's rule: a step is a human's only while the operator gives input.
+    _, make = scene
+    robots, consoles = make(TeleopSettings(deadman_s=0.5, command_window_s=0.1))
+    olga, ivan = consoles["olga"], consoles["ivan"]
+    ivan.send(op="estop", robot=1)  # robot 1: e-stopped, held still
+    assert ivan.reply("estop", "ivan")["ok"]
+    olga.take_over(0)  # robot 0: held, heartbeats only (an idle operator)
+    idle_from = len(robots.online)
+    for _ in range(12):
+        olga.send(op="heartbeat", robot=0)
+        time.sleep(0.025)
+    wait_until(lambda: len(robots.online) >= idle_from + 40, 10, "held steps", 0.01)
+    assert robots.source.mode(0) == ("human", "olga")
+    assert robots.source.mode(1)[0] == "e-stopped"
+    held = robots.online.ordered()
+    assert bool(held["action"][idle_from:].eq(0).all())  # both robots held still
+    assert len(robots.demo) == 0  # none of it is a demonstration
+    # Olga drives: her commands go into both buffers, robot 1 stays out of the demos.
+    stop = threading.Event()
+    keep_driving(olga, stop)
+    wait_until(lambda: len(robots.demo) >= 10, 10, "olga's steps in the demo buffer", 0.01)
+    stop.set()
+    demos = robots.demo.ordered()
+    assert demos["intervened"].all()
+    assert all(row.tolist() == PUSH for row in demos["action"])
+    online = robots.online.ordered()
+    pushed = (online["action"] == torch.tensor(PUSH)).all(1)
+    assert int(pushed.sum()) >= len(robots.demo)  # every demonstration is online too

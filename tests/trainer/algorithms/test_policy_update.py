@@ -4,7 +4,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from trainer.algorithms import GRPO, PPO, RLOO, OnPolicySettings
+from trainer.algorithms import GRPO, PPO, RLOO, OnPolicySettings, informative_groups
+from trainer.algorithms.metrics import episode_counts, rates_from_counts
 from trainer.data.rollout_storage import TRAINING_KEYS
 from trainer.envs import BuiltinReachEnv
 from trainer.models import GaussianChunkPolicy, ValueCritic, assign_horizons, build_encoder
@@ -163,3 +164,42 @@ def test_group_methods_built_directly_leave_their_advantages_unnormalised(cls):
         results[normalize] = _params(algorithm)
     assert all(torch.equal(a, b) for a, b in zip(results[None], results[False], strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(results[None], results[True], strict=True))
+
+
+def test_ppo_normalises_advantages_over_the_policys_rows_only():
+    # Five rows the policy chose and three a human chose (policy weight 0, advantage 5).
+    # The human rows must not move the policy rows' statistics: mean 0, population std
+    # sqrt(0.5) over [1, -1, .5, -.5, 0] alone, as rsl_rl and CleanRL normalise.
+    _, algorithm, batch = _setup(PPO, update_epochs=1, num_minibatches=1)
+    samples = {key: value[:8].clone() for key, value in batch.training_samples().items()}
+    samples["advantage"] = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 5.0, 5.0, 5.0])
+    samples["weight"] = torch.ones(8)
+    samples["policy_weight"] = torch.tensor([1.0] * 5 + [0.0] * 3)
+    algorithm.update_rows(samples)
+    std = 0.5**0.5
+    expected = [1 / std, -1 / std, 0.5 / std, -0.5 / std, 0.0]
+    assert samples["advantage"][:5].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("cls", "rescued_group"),
+    [(GRPO, [1.5, -0.5, -0.5, -0.5]), (RLOO, [1.0, -1 / 3, -1 / 3, -1 / 3])],
+)
+def test_a_success_a_human_rescued_is_no_success_of_the_policy(cls, rescued_group):
+    # Two groups of four from the same init state. Group 0: the policy succeeded alone
+    # in episode 0, a human rescued episode 2. Group 1: only episode 5 succeeded, rescued.
+    _, algorithm, batch = _setup(cls, group_size=4)
+    batch.episode_success[:] = torch.tensor([1, 0, 1, 0, 0, 1, 0, 0]).bool()
+    batch.intervened[:] = False
+    batch.intervened[0, [2, 5]] = True
+    advantage = algorithm.compute_returns(batch).advantage[0]
+    # Scored as the policy did alone: [1, 0, 0, 0] and [0, 0, 0, 0].
+    assert advantage[:4].tolist() == pytest.approx(rescued_group, abs=1e-4)
+    assert advantage[4:].tolist() == [0.0] * 4
+    # The group filter keeps group 0 and drops group 1, which differs only by the human.
+    scores = algorithm.trajectory_scores(batch)
+    assert informative_groups(scores, 4).tolist() == [True, False]
+    # The run reports what the policy achieved on its own: 1 of the 6 unassisted.
+    metrics = rates_from_counts(episode_counts(batch))
+    assert metrics["rollout/success_rate"] == pytest.approx(3 / 8)
+    assert metrics["rollout/unassisted_success_rate"] == pytest.approx(1 / 6)

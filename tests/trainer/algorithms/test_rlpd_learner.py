@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings, TanhGaussianActor
+from trainer.algorithms.rlpd import (
+    CriticEnsemble,
+    EnsembleLayerNorm,
+    RLPDLearner,
+    RLPDSettings,
+    TanhGaussianActor,
+)
 
 OBS, ACT = 3, 2
 
@@ -203,3 +209,35 @@ def test_image_observations_train_through_each_networks_own_encoder():
 def test_observations_that_are_neither_vectors_nor_images_are_refused():
     with pytest.raises(ValueError, match=r"state vectors or \[C, H, W\] images, not shape"):
         RLPDLearner((4, 4), ACT, RLPDSettings(hidden_sizes=(8,)))
+
+
+def test_each_critic_member_has_its_own_layer_norm():
+    critics = learner(critic_ensemble=10).critic
+    norms = [m for m in critics.modules() if isinstance(m, EnsembleLayerNorm)]
+    assert len(norms) == 2
+    assert all(n.weight.shape == n.bias.shape == (10, 1, 32) for n in norms)
+    # Reference: each member normalised on its own with its own scale and bias.
+    norm = norms[0]
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+        norm.bias.normal_()
+    x = torch.randn(10, 5, 32)
+    expected = torch.stack(
+        [torch.nn.functional.layer_norm(x[e], (32,), norm.weight[e, 0], norm.bias[e, 0])
+         for e in range(10)]
+    )  # fmt: skip
+    assert torch.allclose(norm(x), expected, atol=1e-6)
+    # A loss on member 3 alone moves only member 3's scale.
+    critics.zero_grad()
+    critics(torch.randn(4, OBS), torch.rand(4, ACT))[3].sum().backward()
+    touched = norms[1].weight.grad.abs().sum(dim=(1, 2)) > 0
+    assert touched.tolist() == [e == 3 for e in range(10)]
+
+
+def test_a_critic_saved_with_one_shared_layer_norm_still_loads():
+    critics = CriticEnsemble((OBS,), ACT, 4, (8,), layer_norm=True)
+    state = critics.state_dict()
+    state["net.1.weight"], state["net.1.bias"] = torch.full((8,), 2.0), torch.full((8,), 0.5)
+    critics.load_state_dict(state)
+    assert torch.equal(critics.net[1].weight, torch.full((4, 1, 8), 2.0))
+    assert torch.equal(critics.net[1].bias, torch.full((4, 1, 8), 0.5))

@@ -25,6 +25,7 @@ def _episodes(task, horizons, successes, lengths):
         success=step.bool(),
         executed_actions=step.long(),
         intervened=torch.zeros_like(step, dtype=torch.bool),
+        held=torch.zeros_like(step, dtype=torch.bool),
         valid=step.bool(),
         advantage=step,
         returns=step,

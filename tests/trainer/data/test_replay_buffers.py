@@ -80,15 +80,21 @@ def test_buffers_with_different_fields_cannot_be_mixed():
         MixedSampler(online, demo, 4).sample()
 
 
-def test_updates_wait_for_training_starts_and_for_demos():
+def test_updates_wait_for_training_starts_and_draw_online_alone_until_demos_arrive():
     online, demo = ReplayBuffer(100), ReplayBuffer(10)
     sampler = MixedSampler(online, demo, 8, training_starts=20)
     online.add(transitions(0, 19))
     assert not sampler.ready()
     online.add(transitions(19, 1))
-    assert not sampler.ready()  # half of each batch must come from demos
-    demo.add(transitions(50, 1))
-    assert sampler.ready()
+    # No demo yet: updates start, every row of a batch from the online buffer.
+    assert sampler.ready() and sampler.online_only and sampler.demo_share == 0.0
+    batch = sampler.sample(torch.Generator().manual_seed(0))
+    assert batch["id"].shape == (8,) and not batch["from_demo"].any()
+    assert bool((batch["id"] < 20).all())
+    demo.add(transitions(50, 1))  # the first demo (an intervention): back to half and half
+    assert not sampler.online_only and sampler.demo_share == 0.5
+    batch = sampler.sample(torch.Generator().manual_seed(0))
+    assert batch["id"][batch["from_demo"]].tolist() == [50] * 4
     assert MixedSampler(online, ReplayBuffer(3), 8, demo_fraction=0.0).ready()
 
 

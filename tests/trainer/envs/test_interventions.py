@@ -17,9 +17,10 @@ def test_the_source_replaces_the_policys_action_only_where_it_takes_over():
     obs = wrapped.reset(0, env.init_states(0)[:4])
     policy = torch.full((4, 7), 0.25)
     step = wrapped.step(policy)
-    human, active = ScriptedReachOperator(4, share=1.0).act(obs, torch.zeros(4, dtype=torch.long))
+    human = ScriptedReachOperator(4, share=1.0).act(obs, torch.zeros(4, dtype=torch.long)).actions
     assert step.intervened.tolist() == operator.chosen.tolist()
     assert 0 < int(step.intervened.sum()) < 4  # this seed picks some copies, not all
+    assert not step.held.any()  # the scripted operator always gives input
     expected = torch.where(step.intervened[:, None], human, policy)
     torch.testing.assert_close(step.applied_actions, expected)
 

@@ -41,6 +41,7 @@ def test_the_operators_command_replaces_the_policys_while_held():
     source.command(1, "olga", [1, 0, 0, 0, 0, 0, -1], sent_at=clock.now)
     result = step(env)
     assert result.intervened.tolist() == [False, True]
+    assert not result.held.any()
     assert result.applied_actions[0].tolist() == [0.5] * 7
     assert result.applied_actions[1].tolist() == [1, 0, 0, 0, 0, 0, -1]
     assert source.mode(1) == ("human", "olga")
@@ -66,10 +67,13 @@ def test_lost_heartbeats_release_the_copy_with_a_zero_action_first():
     assert step(env).applied_actions[0].tolist() == [1] * 7
     clock.now += 0.25  # no heartbeat for 0.3 s
     lost = step(env)
-    assert lost.intervened[0] and lost.applied_actions[0].tolist() == [0] * 7
+    # The zero action after the loss is a safety hold, not the operator's step.
+    assert lost.held[0] and not lost.intervened[0]
+    assert lost.applied_actions[0].tolist() == [0] * 7
     assert source.mode(0) == ("policy", None)
     after = step(env)
-    assert not after.intervened[0] and after.applied_actions[0].tolist() == [0.5] * 7
+    assert not (after.intervened[0] or after.held[0])
+    assert after.applied_actions[0].tolist() == [0.5] * 7
     (takeover,) = source.takeovers
     assert (takeover.operator, takeover.copy, takeover.reason) == ("olga", 0, "heartbeat lost")
     assert takeover.steps == 1 and takeover.ended == clock.now
@@ -81,10 +85,12 @@ def test_with_stop_on_link_loss_the_copy_is_held_still_until_cleared():
     clock.now += 1.0
     for _ in range(3):
         held = step(env)
-        assert held.intervened[0] and held.applied_actions[0].tolist() == [0] * 7
+        assert held.held[0] and not held.intervened[0]
+        assert held.applied_actions[0].tolist() == [0] * 7
     assert source.mode(0) == ("stopped", None)
     source.clear_stop(0, "olga")
-    assert not step(env).intervened[0]
+    after = step(env)
+    assert not (after.intervened[0] or after.held[0])
 
 
 def test_a_command_older_than_its_window_is_never_applied():
@@ -110,10 +116,12 @@ def test_e_stop_holds_until_cleared_whoever_held_the_copy():
     for _ in range(3):
         clock.now += 1.0
         held = step(env)
-        assert held.intervened[1] and held.applied_actions[1].tolist() == [0] * 7
+        assert held.held[1] and not held.intervened[1]
+        assert held.applied_actions[1].tolist() == [0] * 7
     assert source.takeovers[-1].reason == "e-stop by ivan"
     source.clear_stop(1, "olga")
-    assert not step(env).intervened[1]
+    after = step(env)
+    assert not (after.intervened[1] or after.held[1])
     with pytest.raises(TeleopRefused, match="copy 1 is not stopped"):
         source.clear_stop(1, "olga")
 
@@ -154,11 +162,13 @@ def test_operator_messages_from_another_thread_while_the_env_steps():
     try:
         for _ in range(200):
             result = step(env)
-            assert result.intervened[0]
             applied = result.applied_actions[0]
-            assert torch.equal(applied, torch.zeros(7)) or torch.equal(
-                applied, torch.full((7,), 0.2)
-            )
+            # The operator's command, a human's step; or a zero action held before the
+            # first command arrived, a safety hold.
+            if result.intervened[0]:
+                assert torch.equal(applied, torch.full((7,), 0.2)) and not result.held[0]
+            else:
+                assert torch.equal(applied, torch.zeros(7)) and result.held[0]
     finally:
         stop.set()
         thread.join()
@@ -209,11 +219,12 @@ def test_a_lost_link_lets_go_at_once_with_a_zero_action_or_holds_still():
         source.command(0, "olga", [1, 0, 0, 0, 0, 0, 1], sent_at=clock.now)
         assert source.link_lost("olga") == [0]
         result = step(env)
-        assert result.intervened.tolist() == [True, True]
+        # Olga's copy gets its zero action, Ivan's (no command yet) is held still.
+        assert result.held.tolist() == [True, True] and not result.intervened.any()
         assert result.applied_actions[0].tolist() == [0.0] * 7
         assert source.mode(0)[0] == mode_after and source.mode(1) == ("human", "ivan")
         assert source.takeovers[-1].reason == "operator link lost"
-        assert step(env).intervened[0].item() is (on_link_loss == "stop")
+        assert step(env).held[0].item() is (on_link_loss == "stop")
 
 
 def test_steps_keep_to_the_control_rate_while_a_human_holds_a_copy():

@@ -32,6 +32,7 @@ def _round(successes, first_group=0, group_size=2):
         success=step.bool(),
         executed_actions=step.long(),
         intervened=torch.zeros_like(step, dtype=torch.bool),
+        held=torch.zeros_like(step, dtype=torch.bool),
         valid=torch.ones(1, batch, dtype=torch.bool),
         advantage=step,
         returns=step,

@@ -116,3 +116,51 @@ def test_the_cli_trains_the_example(tmp_path):
                 "counts/task0/successes"):  # fmt: skip
         assert key in last, key
     assert (tmp_path / "checkpoints/iter_000003.pt").exists()
+
+
+def _cli(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", str(EXAMPLE), "runner.iterations=3",
+         "runner.progress=false", *overrides, "--output-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return result, rows
+
+
+def test_without_demo_data_updates_draw_from_the_online_buffer_alone(tmp_path):
+    result, rows = _cli(tmp_path, "env.interventions.source=none")
+    assert "the demo buffer is empty" in result.stderr
+    assert rows[-1]["rlpd/updates"] > 0 and rows[-1]["buffers/demo"] == 0
+    assert [row["rlpd/demo_share"] for row in rows] == [0.0, 0.0, 0.0]
+
+
+def test_with_demo_data_batches_draw_their_demo_share(tmp_path, demo_file):
+    result, rows = _cli(
+        tmp_path, "env.interventions.source=none", f"algorithm.rlpd.demos={demo_file}"
+    )
+    assert "the demo buffer is empty" not in result.stderr
+    assert rows[-1]["rlpd/updates"] > 0
+    assert [row["rlpd/demo_share"] for row in rows] == [0.5, 0.5, 0.5]
+
+
+def test_updates_are_paid_for_per_stored_transition(tmp_path):
+    # updates_per_step rounds per num_envs stored transitions, cta_ratio updates a round:
+    # the critic's updates follow the transitions, however long the longest episode.
+    runner = trained(
+        tmp_path, 4, "algorithm.rlpd.training_starts=0", "env.interventions.source=scripted"
+    )  # the operator's rescues end some episodes early
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    settings = runner.config.algorithm.rlpd
+    per_transition = settings.updates_per_step * settings.cta_ratio / runner.num_envs
+    assert per_transition == 1.0  # 4 rounds of 2 per 8 transitions
+    transitions = [row["charts/env_steps"] for row in rows]
+    steps = [b - a for a, b in zip([0, *transitions], transitions, strict=False)]
+    assert len(set(steps)) > 1 and min(steps) < 320  # some episodes ended early
+    updates = [row["rlpd/updates"] for row in rows]
+    made = [b - a for a, b in zip([0, *updates], updates, strict=False)]
+    # Whole rounds only: what a step paid for beyond them waits for the next step.
+    for count, stored in zip(made, steps, strict=True):
+        assert abs(count - per_transition * stored) <= settings.cta_ratio
+    assert [row["rlpd/utd"] for row in rows] == pytest.approx([1.0] * 4, abs=0.05)
