@@ -16,7 +16,11 @@ from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
 from tests.processes import wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(400),
+    pytest.mark.embedded,
+]
 
 ITERATIONS = 12
 

@@ -8,7 +8,11 @@ from playwright.sync_api import expect
 
 from controlplane.experiments.services import create_experiment
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(400),
+    pytest.mark.embedded,
+]
 
 
 @pytest.fixture

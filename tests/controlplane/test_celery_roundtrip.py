@@ -6,7 +6,7 @@ import pytest
 
 from controlplane.core.tasks import ping
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 
 def test_it_round_trips_a_task_through_a_worker_process(stack_factory, settings):

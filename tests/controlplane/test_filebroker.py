@@ -4,9 +4,12 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
 from kombu import Connection
 
 from controlplane.core.filebroker import AtomicFilesystemBackend
+
+pytestmark = pytest.mark.embedded
 
 
 def read_whole_files(folder: Path, pattern: str, stop: threading.Event, bad: list) -> None:

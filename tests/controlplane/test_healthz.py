@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from controlplane.core import health
 from tests.processes import wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 COMPONENTS = {"database", "broker", "worker", "channel_layer", "ray"}
 

@@ -24,7 +24,7 @@ from controlplane.realtime.publish import (
     sign_relay_payload,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 # The relay is mounted only with the in-memory layer; the suite also runs with Redis.
 one_machine_only = pytest.mark.skipif(
     not relay_is_served(), reason="the relay is mounted only in the one-machine mode"

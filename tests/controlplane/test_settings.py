@@ -13,6 +13,8 @@ PROBE = """
 import json, django
 django.setup()
 from django.conf import settings as s
+
+pytestmark = pytest.mark.embedded
 print(json.dumps({
     "engine": s.DATABASES["default"]["ENGINE"],
     "db_name": str(s.DATABASES["default"]["NAME"]),

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from controlplane.realtime.consumers import CLOSE_UNAUTHENTICATED
 from controlplane.realtime.routing import websocket_application
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 
 def communicator(cookie: str = "") -> WebsocketCommunicator:

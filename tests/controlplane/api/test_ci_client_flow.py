@@ -21,6 +21,8 @@ TOKEN = "arm_testpfx_secret"
 # the client must work on a CI machine that has never installed it.
 NO_DJANGO = """
 import runpy, sys
+
+pytestmark = pytest.mark.embedded
 class NoDjango:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("django", "rest_framework", "celery", "channels", "yaml"):

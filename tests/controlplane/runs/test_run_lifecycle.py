@@ -48,6 +48,7 @@ def jobs_for(run: Run) -> list:
     return [j for j in ray_jobs.client().list_jobs() if j.submission_id == run.submission_id]
 
 
+@pytest.mark.embedded
 def test_a_run_launched_over_the_api_succeeds(live):
     stack, api = live
     created = api.post(
@@ -67,6 +68,7 @@ def test_a_run_launched_over_the_api_succeeds(live):
     assert len(jobs_for(run)) == 1
 
 
+@pytest.mark.embedded
 def test_cancelling_a_running_run_stops_its_job(live):
     stack, api = live
     run_id = api.post(

@@ -19,7 +19,7 @@ from controlplane.experiments.services import create_experiment
 from controlplane.runs import series
 from controlplane.runs.models import MetricKey, MetricPoint, Run, RunState
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 CONFIG = "algorithm: {name: ppo}\n"
 BIG_STEPS = 10_000  # × 10 keys = 100,000 points

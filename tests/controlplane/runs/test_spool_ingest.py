@@ -31,7 +31,11 @@ from trainer.link import link_from_env
 from trainer.link.protocol import Event, Metrics
 from trainer.link.spool import SPOOL_FOLDER, line_mac, spool_line
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(300),
+    pytest.mark.embedded,
+]
 
 
 @pytest.fixture(autouse=True)

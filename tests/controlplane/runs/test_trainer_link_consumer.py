@@ -19,7 +19,7 @@ from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
 from trainer.link.protocol import MAX_WALL_TIME, METRIC_KEY_RULE
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.embedded]
 
 CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
 
