@@ -359,6 +359,9 @@ class RLPDRunner:
             "iteration": self.iteration,
             "learner": self.learner.state_dict(),
             "total_env_steps": self.total_env_steps,
+            # What the stored transitions paid for beyond whole rounds: a resumed run
+            # makes its next round when the uninterrupted one would.
+            "owed_updates": self.owed_updates,
             "task_cursor": self.task_cursor.position,
             "init_states": self.init_states.state_dict(),
             "torch_rng": torch.get_rng_state(),
@@ -387,6 +390,7 @@ class RLPDRunner:
         self.iteration = state["iteration"]
         self.learner.load_state_dict(state["learner"])
         self.total_env_steps = state["total_env_steps"]
+        self.owed_updates = state.get("owed_updates", 0.0)  # 0 in older checkpoints
         self.task_cursor.position = state["task_cursor"]
         self.init_states.load_state_dict(state["init_states"])
         torch.set_rng_state(state["torch_rng"])

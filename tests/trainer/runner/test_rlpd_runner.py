@@ -68,7 +68,9 @@ def test_scripted_interventions_speed_learning_up(tmp_path):
 
 def test_a_resumed_run_continues_exactly_with_its_buffers(tmp_path, demo_file):
     common = [f"algorithm.rlpd.demos={demo_file}", "runner.checkpoint_every=2",
-              "algorithm.rlpd.training_starts=50"]  # fmt: skip
+              "algorithm.rlpd.training_starts=50",
+              # 0.75 rounds per transition: iterations end owing part of a round
+              "algorithm.rlpd.updates_per_step=6"]  # fmt: skip
     straight = trained(tmp_path / "straight", 4, *common)
     trained(tmp_path / "split", 2, *common)
     config = load_config(
@@ -149,8 +151,9 @@ def test_updates_are_paid_for_per_stored_transition(tmp_path):
     # updates_per_step rounds per num_envs stored transitions, cta_ratio updates a round:
     # the critic's updates follow the transitions, however long the longest episode.
     runner = trained(
-        tmp_path, 4, "algorithm.rlpd.training_starts=0", "env.interventions.source=scripted"
-    )  # the operator's rescues end some episodes early
+        tmp_path, 4, "algorithm.rlpd.training_starts=0", "algorithm.rlpd.updates_per_step=4",
+        "env.interventions.source=scripted",
+    )  # fmt: skip  # the operator's rescues end some episodes early
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     settings = runner.config.algorithm.rlpd
     per_transition = settings.updates_per_step * settings.cta_ratio / runner.num_envs
