@@ -20,7 +20,7 @@ from controlplane.api.serializers import (
 )
 from controlplane.inventory import services
 from controlplane.inventory.models import Cluster
-from controlplane.inventory.placement_preview import MAX_PREVIEW_PROCESSES
+from controlplane.inventory.placement_preview import MAX_PREVIEW_PROCESSES, preview_plan
 from controlplane.inventory.selectors import robots
 from trainer import cluster as tc
 
@@ -107,9 +107,7 @@ class PlacementPreviewView(APIView):
                 spec = services.to_trainer_cluster(cluster)
             else:
                 spec = tc.load_cluster_yaml(data["cluster_yaml"])
-            plan = tc.resolve_placement(
-                spec, data.get("placement"), max_processes=MAX_PREVIEW_PROCESSES
-            )
+            plan = preview_plan(spec, data.get("placement"))
         except tc.ClusterConfigError as error:
             return config_errors(error)
         return Response({"plan": plan.to_dict()})

@@ -49,13 +49,21 @@ class PlacementPreview:
         return {error["line"] for error in self.errors if error.get("line")}
 
 
+def preview_plan(spec: tc.Cluster, placement: str | dict | None) -> tc.Plan:
+    """The plan a preview shows: `placement` (YAML text, a mapping, or None: the
+    cluster's own) on `spec`, within the preview's process limit."""
+    if isinstance(placement, str):
+        return tc.resolve_placement_text(spec, placement, max_processes=MAX_PREVIEW_PROCESSES)
+    return tc.resolve_placement(spec, placement, max_processes=MAX_PREVIEW_PROCESSES)
+
+
 def preview_placement(spec: tc.Cluster, placement: str | dict | None) -> PlacementPreview:
-    """Resolve `placement` (YAML text or mapping; None or blank text: the cluster's own)
-    on `spec` and lay the result out as a grid."""
+    """Resolve `placement` (as `preview_plan` takes it; blank text: the cluster's own)
+    and lay the result out as a grid."""
     if isinstance(placement, str) and not placement.strip():
         placement = None
     try:
-        plan = tc.resolve_placement(spec, placement, max_processes=MAX_PREVIEW_PROCESSES)
+        plan = preview_plan(spec, placement)
     except tc.ClusterConfigError as error:
         rows = _grid(spec, {})
         errors = [issue.to_dict() for issue in error.issues]

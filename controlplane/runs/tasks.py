@@ -8,7 +8,7 @@ Retries fire on what really happens when Ray is away: ray_jobs.RayUnavailable
 
 from celery import shared_task
 
-from controlplane.runs import cancellation, reconcile, submission
+from controlplane.runs import cancellation, reconcile, submission, task_names
 from controlplane.runs.ray_jobs import RayUnavailable
 
 LIMITS = {"soft_time_limit": 120, "time_limit": 150}
@@ -20,13 +20,13 @@ RETRY_ON_RAY = {
 }
 
 
-@shared_task(name="runs.submit", acks_late=True, max_retries=8, **LIMITS, **RETRY_ON_RAY)
+@shared_task(name=task_names.SUBMIT, acks_late=True, max_retries=8, **LIMITS, **RETRY_ON_RAY)
 def submit_run(run_id: int) -> str:
     submission.submit(run_id)
     return reconcile.reconcile(run_id).state
 
 
-@shared_task(name="runs.reconcile", acks_late=True, **LIMITS)
+@shared_task(name=task_names.RECONCILE, acks_late=True, **LIMITS)
 def reconcile_run(run_id: int) -> str:
     try:
         return reconcile.reconcile(run_id).state
@@ -34,7 +34,7 @@ def reconcile_run(run_id: int) -> str:
         return "ray unavailable"
 
 
-@shared_task(name="runs.reconcile_active", soft_time_limit=30, time_limit=45)
+@shared_task(name=task_names.RECONCILE_ACTIVE, soft_time_limit=30, time_limit=45)
 def reconcile_active_runs() -> int:
     run_ids = reconcile.runs_to_reconcile()
     for run_id in run_ids:
@@ -43,6 +43,6 @@ def reconcile_active_runs() -> int:
 
 
 # Until it lands: the periodic reconciliation also enforces pending cancels.
-@shared_task(name="runs.cancel", acks_late=True, max_retries=30, **LIMITS, **RETRY_ON_RAY)
+@shared_task(name=task_names.CANCEL, acks_late=True, max_retries=30, **LIMITS, **RETRY_ON_RAY)
 def cancel_run(run_id: int) -> str:
     return cancellation.enforce_cancel(run_id).state

@@ -122,7 +122,7 @@ def test_cluster_yaml_reports_the_bomb_as_one_issue_with_its_line():
 def test_a_placement_text_is_bounded_too():
     spec = tc.load_cluster_yaml("cluster:\n  num_nodes: 1\n")
     with pytest.raises(tc.ClusterConfigError) as caught:
-        tc.resolve_placement(spec, "component_placement:\n  actor: " + DEEP_NESTING[9:])
+        tc.resolve_placement_text(spec, "component_placement:\n  actor: " + DEEP_NESTING[9:])
     assert caught.value.issues[0].rule == "yaml.limit"
 
 

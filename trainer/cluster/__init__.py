@@ -20,7 +20,12 @@ from .model import (
 from .plan import ACCELERATOR, HARDWARE, NODE, Plan, ProcessPlacement
 from .resolution import MAX_PROCESSES, PlanTooLarge, resolve_placement
 from .validation import validate_cluster
-from .yaml_io import dump_cluster_yaml, load_cluster_yaml, load_placement_yaml
+from .yaml_io import (
+    dump_cluster_yaml,
+    load_cluster_yaml,
+    load_placement_yaml,
+    resolve_placement_text,
+)
 
 __all__ = [
     "ACCELERATOR",
@@ -50,5 +55,6 @@ __all__ = [
     "load_cluster_yaml",
     "load_placement_yaml",
     "resolve_placement",
+    "resolve_placement_text",
     "validate_cluster",
 ]

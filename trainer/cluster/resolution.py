@@ -29,12 +29,14 @@ _PLACEMENT_PATH: Path = ("cluster", "component_placement")
 
 def resolve_placement(
     cluster: Cluster,
-    placement: Mapping[str, Any] | str | None = None,
+    placement: Mapping[str, Any] | None = None,
     *,
     max_processes: int = MAX_PROCESSES,
+    placement_lines: Mapping[Path, int] | None = None,
 ) -> Plan:
-    """Resolve `placement` (the `component_placement` mapping, its YAML text, or None for the
-    cluster's own) against `cluster`.
+    """Resolve `placement` (the `component_placement` mapping, or None for the cluster's
+    own) against `cluster`; `placement_lines`, the YAML lines of the mapping's keys where
+    it was read from text (`yaml_io.resolve_placement_text` reads text).
 
     Raises `ClusterConfigError` with every problem in the cluster and the placement;
     `PlanTooLarge` (one) when it would make more than `max_processes` processes, all
@@ -59,13 +61,8 @@ def resolve_placement(
                     )
                 ]
             )
-    elif isinstance(placement, str):
-        from .yaml_io import load_placement_yaml  # YAML is only needed for text input
-
-        raw, placement_lines = load_placement_yaml(placement)
-        lines = inventory_lines | placement_lines
     else:
-        raw, lines = placement, inventory_lines
+        raw, lines = placement, inventory_lines | dict(placement_lines or {})
     issues = IssueCollector()
     cluster_issues = validate_cluster(cluster)
     issues.extend(cluster_issues)

@@ -22,6 +22,8 @@ from trainer.bounded_yaml import YamlLimitError, load_bounded
 from .config import cluster_from_dict, cluster_to_dict
 from .errors import ClusterConfigError, ConfigIssue, Path, with_lines
 from .model import Cluster
+from .plan import Plan
+from .resolution import MAX_PROCESSES, resolve_placement
 
 ROOT: Path = ("cluster",)
 PLACEMENT_ROOT: Path = ("cluster", "component_placement")
@@ -62,6 +64,15 @@ def load_placement_yaml(text: str) -> tuple[object, dict[Path, int]]:
     if isinstance(data, Mapping) and "component_placement" in data:
         return data["component_placement"], _reroot(lines, ("component_placement",), PLACEMENT_ROOT)
     return data, _reroot(lines, (), PLACEMENT_ROOT)
+
+
+def resolve_placement_text(
+    cluster: Cluster, text: str, *, max_processes: int = MAX_PROCESSES
+) -> Plan:
+    """`resolve_placement` of a placement written as YAML (`load_placement_yaml`'s forms),
+    its errors pointing at the text's lines."""
+    raw, lines = load_placement_yaml(text)
+    return resolve_placement(cluster, raw, max_processes=max_processes, placement_lines=lines)
 
 
 def dump_cluster_yaml(cluster: Cluster) -> str:

@@ -14,6 +14,7 @@ from trainer.cluster import (
     load_cluster_yaml,
     load_placement_yaml,
     resolve_placement,
+    resolve_placement_text,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "clusters"
@@ -213,7 +214,7 @@ def test_a_placement_given_as_yaml_text_resolves_with_lines(text):
     assert raw == {"actor": "0-1:0-2"}
     cluster = cluster_from_dict({"num_nodes": 2})
     with pytest.raises(ClusterConfigError) as caught:
-        resolve_placement(cluster, text)
+        resolve_placement_text(cluster, text)
     (issue,) = caught.value.issues
     assert issue.location == "cluster.component_placement.actor"
     assert issue.line == text.count("\n")  # the `actor:` line is the last one
@@ -228,7 +229,7 @@ def test_a_placement_passed_separately_gets_no_lines_from_the_cluster_file():
     assert issue.line is None
     assert issue.message.startswith("component 'actor', segment '0-64': resource rank 64")
     with pytest.raises(ClusterConfigError) as caught:
-        resolve_placement(cluster, "\n\nactor: {node_group: a800, placement: 0-64}\n")
+        resolve_placement_text(cluster, "\n\nactor: {node_group: a800, placement: 0-64}\n")
     assert caught.value.issues[0].line == 3
 
 
