@@ -64,9 +64,10 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     """Register ``run`` on an ``argparse`` subparsers object."""
     parser = subcommands.add_parser(
         "run",
-        help="train a policy in this process",
-        description="Train a policy from an experiment config in a single process, with a "
-        "progress bar, JSONL metrics and checkpoints under runner.output_dir.",
+        help="train a policy: in this process, or on Ray where cluster: places it",
+        description="Train a policy from an experiment config, in this process or, with a "
+        "cluster: placement, as placed Ray processes driven from this one; with a progress "
+        "bar, JSONL metrics and checkpoints under runner.output_dir.",
     )
     _configure(parser)
     return parser

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -96,7 +95,8 @@ def test_a_web_server_restart_mid_run_stores_every_point_exactly_once(web, run, 
     try:
         wait_until(lambda: len(stored_steps(run)) >= 2, 120, "the first points")
         web.close()  # the control plane goes away mid-run…
-        time.sleep(3)
+        down_at = iterations_written(tmp_path)
+        wait_until(lambda: iterations_written(tmp_path) >= down_at + 3, 120, "training on")
         web.start_web()  # …and comes back on the same address
         written = iterations_written(tmp_path)
         wait_until(lambda: len(stored_steps(run)) > written, 120, "the link to catch up")
@@ -107,17 +107,17 @@ def test_a_web_server_restart_mid_run_stores_every_point_exactly_once(web, run, 
     assert Run.objects.get(pk=run.pk).events.filter(kind="stopped").exists()
 
 
-def test_a_link_cut_for_30_s_spools_to_disk_and_delivers_after_reconnect(web, run, tmp_path):
+def test_a_cut_link_spools_to_disk_and_delivers_after_reconnect(web, run, tmp_path):
     gate = TcpGate(web.port)
     trainer = start_trainer(gate.url, run, tmp_path, "runner.iterations=100000")
     spool = tmp_path / "link-spool" / "attempt-1.jsonl"
     try:
         wait_until(lambda: len(stored_steps(run)) >= 2, 120, "the first points")
         gate.close()
-        time.sleep(30)
         cut_at = len(stored_steps(run))
+        # Training goes on while the link is down, through the link's reconnect attempts…
+        wait_until(lambda: iterations_written(tmp_path) > cut_at + 10, 120, "training on")
         written = iterations_written(tmp_path)
-        assert written > cut_at + 10  # training went on while the link was down…
         acked = int((tmp_path / "link-spool" / "attempt-1.acked").read_text())
         spooled = [json.loads(line.split(" ", 1)[1]) for line in spool.read_text().splitlines()]
         unacked = [m for m in spooled if m["seq"] > acked]
