@@ -56,15 +56,20 @@ class _Imports(ast.NodeVisitor):
         self.names.update(f"{source}.{alias.name}" for alias in node.names)
 
 
+def imported_names(module: str, path: Path) -> set[str]:
+    """Every name `module` imports (its modules and the names it takes from them)."""
+    visitor = _Imports(module, path.name == "__init__.py")
+    visitor.visit(ast.parse(path.read_text(), filename=str(path)))
+    return visitor.names
+
+
 def import_graph() -> dict[str, set[str]]:
     """Each project module and the project modules it imports."""
     modules = project_modules()
     graph = {}
     for module, path in modules.items():
-        visitor = _Imports(module, path.name == "__init__.py")
-        visitor.visit(ast.parse(path.read_text(), filename=str(path)))
         targets = set()
-        for name in visitor.names:
+        for name in imported_names(module, path):
             while name and name not in modules:  # a name from a module: that module
                 name = name.rpartition(".")[0]
             if name and name != module:
@@ -87,3 +92,17 @@ def test_the_walk_sees_lazy_imports_and_leaves_out_type_checking_ones():
     # for type checking at its top.
     assert "trainer.runner.rlpd_runner" in graph["trainer.runtime.rlpd_split"]
     assert "trainer.runtime.rlpd_split" not in graph["trainer.runner.rlpd_runner"]
+
+
+# The `python -m trainer` entry points drive placed runs: they sit above the runtime.
+ENTRY_POINTS = {"trainer.runner.cli", "trainer.evaluation.cli", "trainer.__main__"}
+
+
+def test_only_the_runtime_imports_ray_and_only_entry_points_import_the_runtime():
+    for module, path in project_modules().items():
+        if not module.startswith("trainer.") or module.startswith("trainer.runtime"):
+            continue
+        names = imported_names(module, path)
+        assert not any(n == "ray" or n.startswith("ray.") for n in names), module
+        if module not in ENTRY_POINTS:
+            assert not any(n.startswith("trainer.runtime") for n in names), module

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from trainer.algorithms.bootstrap import bootstrap_timeouts
+from trainer.algorithms.collective import Collective
 from trainer.data.rollout_storage import RolloutStorage, Trajectories, Transition, minibatches
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache
 from trainer.models.policy import GaussianChunkPolicy
-from trainer.runtime.collective import Collective
 
 
 @dataclass

@@ -22,6 +22,7 @@ from ruamel.yaml.error import YAMLError
 from trainer.bounded_yaml import YamlLimitError, load_bounded
 from trainer.cluster import ClusterConfigError, Plan, cluster_from_dict, resolve_placement
 from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
+from trainer.config.env_shards import assign_env_shards
 from trainer.config.errors import ConfigError, ConfigProblem, format_key_path
 from trainer.config.schema import ExperimentConfig
 
@@ -241,8 +242,6 @@ def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[Co
                 f"at least {stages} per actor rank",
             )
         ]
-    from trainer.runtime.env_shards import assign_env_shards  # it imports this package
-
     ranks = len(plan.components.get("actor", ())) or 1
     copies = config.env.num_parallel_envs * config.algorithm.group_size
     try:

@@ -25,16 +25,12 @@ from typing import Any
 
 import torch
 
-from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
-from trainer.runtime.env_shards import shard_sizes
+from trainer.config.env_shards import shard_sizes
+from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
 
 EnvFactory = Callable[..., VectorEnv]
 _POLL_SECONDS = 0.5
 _START_TIMEOUT_S = 300.0  # a worker importing torch and building its simulator
-
-
-class EnvWorkerError(RuntimeError):
-    pass
 
 
 def _serve(connection: Connection, factory: EnvFactory, num_envs: int) -> None:

@@ -55,6 +55,11 @@ class EnvStep:
         return info
 
 
+class EnvWorkerError(RuntimeError):
+    """A process stepping env copies (a subprocess or a placed Ray worker) died or did not
+    answer in time; the message names it, its pid and the reason."""
+
+
 class VectorEnv(ABC):
     """A batch of ``num_envs`` copies of one environment family.
 

@@ -22,7 +22,7 @@ from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
 from trainer.link import EvalReporter, link_from_env, report_failure
 from trainer.runner.build import build_components
 from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
-from trainer.runtime.whereabouts import ProcessReport
+from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2

@@ -26,7 +26,7 @@ from trainer.runner.on_policy_runner import (
 )
 from trainer.runner.stop_request import StopRequest
 from trainer.runtime.distributed_run import distributed_plan
-from trainer.runtime.whereabouts import ProcessReport
+from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
 EXIT_BAD_CONFIG = 2

@@ -1,7 +1,7 @@
 """The training loop of one actor rank: pick this iteration's task, collect exactly
 ``data_batch_size`` trajectories, compute advantages, update, log, checkpoint.
 
-It is written for one rank of many: its ``collective`` (trainer.runtime.collective)
+It is written for one rank of many: its ``collective`` (trainer.algorithms.collective)
 says which rank it is, sums the rollout counts of all ranks before rates are computed,
 averages gradients and agrees on stopping. Alone (the default), all of that is the
 identity, so one process and a distributed run execute the same code. Rank 0 writes
@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from trainer.algorithms.collective import Collective
 from trainer.algorithms.metrics import episode_counts, rates_from_counts, sum_counts
 from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
@@ -29,8 +30,7 @@ from trainer.data.samplers import (
     round_init_state_indices,
     shard_tasks,
 )
-from trainer.envs.subproc_vector_env import EnvWorkerError
-from trainer.envs.vector_env import VectorEnv
+from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
 from trainer.runner.build import build_components
@@ -45,7 +45,6 @@ from trainer.runner.interventions import close_env
 from trainer.runner.metrics_log import JsonlMetricsLog
 from trainer.runner.progress import ProgressBar
 from trainer.runner.tensorboard_log import TensorBoardLog
-from trainer.runtime.collective import Collective
 
 log = logging.getLogger(__name__)
 

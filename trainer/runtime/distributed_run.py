@@ -35,11 +35,11 @@ from queue import Empty
 from typing import Any
 
 from trainer.cluster import Plan, cluster_from_dict, resolve_placement
+from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.build import copies_per_rank, env_options
-from trainer.runtime.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
-from trainer.runtime.whereabouts import ProcessReport
+from trainer.whereabouts import ProcessReport
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,8 @@ class ActorRank:
     ) -> list[ProcessReport]:
         """Join the process group and build the loop; this rank's process, its env
         workers' and its rollout worker's (when it has them), for the run page."""
+        from trainer.algorithms.collective import TorchCollective
         from trainer.runner.on_policy_runner import OnPolicyRunner
-        from trainer.runtime.collective import TorchCollective
         from trainer.runtime.env_workers import PlacedVectorEnv
 
         self.collective = TorchCollective(

@@ -21,12 +21,11 @@ import ray
 import torch
 
 from trainer.cluster.discovery import ranked_ray_nodes
+from trainer.config.env_shards import ENV, EnvShard, shard_sizes
 from trainer.envs.registry import make_vector_env
-from trainer.envs.subproc_vector_env import EnvWorkerError
-from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
-from trainer.runtime.env_shards import ENV, EnvShard, shard_sizes
+from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
 from trainer.runtime.ray_placement import actor_options
-from trainer.runtime.whereabouts import ProcessReport
+from trainer.whereabouts import ProcessReport
 
 START_TIMEOUT_S = 300.0  # a worker importing torch and building its simulator
 REPLY_TIMEOUT_S = 600.0

@@ -34,6 +34,7 @@ from ray.util.queue import Full, Queue
 
 from trainer.algorithms.rlpd import TanhGaussianActor
 from trainer.cluster import Plan
+from trainer.config.env_shards import ENV, ROLLOUT, shard_sizes
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.rlpd_episodes import EpisodeStats, random_actions, run_episodes
@@ -43,8 +44,7 @@ from trainer.runtime.distributed_run import (
     DistributedRunError,
     _relay,
 )
-from trainer.runtime.env_shards import ENV, ROLLOUT, shard_sizes
-from trainer.runtime.whereabouts import ProcessReport
+from trainer.whereabouts import ProcessReport
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from trainer.algorithms.on_policy import decide
+from trainer.config.env_shards import ROLLOUT
 from trainer.config.schema import ExperimentConfig
 from trainer.models.plan_cache import ChunkDraw, PlanCache
-from trainer.runtime.env_shards import ROLLOUT
-from trainer.runtime.whereabouts import ProcessReport
+from trainer.whereabouts import ProcessReport
 
 REPLY_TIMEOUT_S = 600.0
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from trainer.envs import BuiltinReachEnv, make_vector_env
-from trainer.envs.subproc_vector_env import EnvWorkerError, SubprocVectorEnv
+from trainer.envs.subproc_vector_env import SubprocVectorEnv
+from trainer.envs.vector_env import EnvWorkerError
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,8 @@ import torch
 
 from trainer.config.loading import load_config
 from trainer.envs import BuiltinReachEnv
-from trainer.envs.subproc_vector_env import EnvWorkerError, SubprocVectorEnv
+from trainer.envs.subproc_vector_env import SubprocVectorEnv
+from trainer.envs.vector_env import EnvWorkerError
 from trainer.runner.on_policy_runner import OnPolicyRunner
 
 pytestmark = pytest.mark.timeout(300)

@@ -11,9 +11,9 @@ import torch
 import torch.multiprocessing as mp
 
 from trainer.algorithms import PPO, OnPolicySettings
+from trainer.algorithms.collective import TorchCollective
 from trainer.data.rollout_storage import empty_training_samples
 from trainer.models import GaussianChunkPolicy, build_encoder
-from trainer.runtime.collective import TorchCollective
 
 OBS, CHUNK, ACTIONS, HORIZON = 6, 2, 3, 4
 

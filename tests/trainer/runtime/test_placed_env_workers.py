@@ -10,10 +10,10 @@ import pytest
 
 from tests.ray_cluster import labelled_ray_cluster
 from trainer.cluster import cluster_from_dict, resolve_placement
+from trainer.config.env_shards import assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.runtime.distributed_run import distributed_plan, train_distributed
-from trainer.runtime.env_shards import assign_env_shards
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "builtin_ppo.yaml"
 SMALL = [
@@ -131,10 +131,10 @@ def test_a_pipelined_round_runs_the_episodes_the_plain_round_runs(two_nodes):
     import ray
     import torch
 
+    from trainer.config.env_shards import EnvShard
     from trainer.models.plan_cache import assign_horizons
     from trainer.runner.build import build_components, env_options
     from trainer.runner.collection import run_round
-    from trainer.runtime.env_shards import EnvShard
     from trainer.runtime.env_workers import EnvWorker, PlacedVectorEnv, env_worker_args
 
     config = load_config(
@@ -188,7 +188,7 @@ def test_a_rollout_worker_decides_what_the_rank_would(two_nodes):
     from trainer.runner.collection import run_round
     from trainer.runtime.ray_placement import create_placed_actors
     from trainer.runtime.rollout_workers import RemoteDecider, RolloutWorker
-    from trainer.runtime.whereabouts import ProcessReport
+    from trainer.whereabouts import ProcessReport
 
     placed = "cluster={num_nodes: 2, component_placement: {actor: '0', rollout: '1'}}"
     config = load_config(EXAMPLE, [*SMALL, "actor.model.init_log_std=-20", placed])
