@@ -179,6 +179,12 @@ htmx.defineExtension("live-runs", {
     return incoming.innerHTML;
   },
 });
+function sameWhereUnchanged(fresh) {
+  return [...fresh.childNodes].map((node) => {
+    const shown = node.id ? document.getElementById(node.id) : null;
+    return shown && shown.isEqualNode(node) ? shown : node;
+  });
+}
 function putRowBack(pushed) {
   const row = document.importNode(pushed, true);
   row.removeAttribute("hx-swap-oob");
@@ -193,6 +199,8 @@ document.addEventListener("DOMContentLoaded", tidyTables);
 // (the page itself, whose tables hold the same filters) each time it opens.
 // A row pushed while that fetch is under way may be newer than the fetched tables: it is
 // put back on top of them (every change is pushed, so the last push is the latest state).
+// A fetched row equal to the one shown keeps the element shown (a tick box or a link
+// under the user's pointer stays the same element), only changed rows are replaced.
 document.addEventListener("htmx:wsOpen", async (e) => {
   const tables = [...e.target.querySelectorAll("tbody[data-live-runs]")];
   if (!tables.length) return;
@@ -203,7 +211,7 @@ document.addEventListener("htmx:wsOpen", async (e) => {
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
     for (const table of tables) {
       const twin = fresh.querySelector(`tbody[data-live-runs][data-accept="${table.dataset.accept}"]`);
-      if (twin) table.replaceChildren(...document.importNode(twin, true).childNodes);
+      if (twin) table.replaceChildren(...sameWhereUnchanged(document.importNode(twin, true)));
     }
     for (const row of pushedWhileFetching.values()) putRowBack(row);
   } finally {
