@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+pytestmark = pytest.mark.embedded
+
 PROBE = """
 import json, django
 django.setup()
 from django.conf import settings as s
 
-pytestmark = pytest.mark.embedded
 print(json.dumps({
     "engine": s.DATABASES["default"]["ENGINE"],
     "db_name": str(s.DATABASES["default"]["NAME"]),

@@ -16,13 +16,14 @@ from django.conf import settings
 from controlplane.client.gates import parse_gate
 from controlplane.client.submit import SubmitOptions, submit
 
+pytestmark = pytest.mark.embedded
+
 TOKEN = "arm_testpfx_secret"
 # Runs the client like `python -m controlplane.client`, with Django made unimportable:
 # the client must work on a CI machine that has never installed it.
 NO_DJANGO = """
 import runpy, sys
 
-pytestmark = pytest.mark.embedded
 class NoDjango:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("django", "rest_framework", "celery", "channels", "yaml"):

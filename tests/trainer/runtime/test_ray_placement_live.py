@@ -17,6 +17,7 @@ from trainer.cluster import (
     cluster_from_ray_nodes,
     load_cluster_yaml,
     resolve_placement,
+    resolve_placement_text,
 )
 from trainer.runtime.ray_placement import (
     PlacementUnsatisfiable,
@@ -59,7 +60,7 @@ def interpreter_wrapper(directory: Path) -> str:
 
 
 def two_node_plan(interpreter: str, placement: str):
-    return resolve_placement(
+    return resolve_placement_text(
         load_cluster_yaml(
             f"""
 cluster:
