@@ -106,3 +106,23 @@ def test_only_the_runtime_imports_ray_and_only_entry_points_import_the_runtime()
         assert not any(n == "ray" or n.startswith("ray.") for n in names), module
         if module not in ENTRY_POINTS:
             assert not any(n.startswith("trainer.runtime") for n in names), module
+
+
+# The apps every feature builds on: they import none of the features.
+SHARED_LAYERS = ("controlplane.access",)
+FEATURE_APPS = (
+    "controlplane.runs",
+    "controlplane.experiments",
+    "controlplane.inventory",
+    "controlplane.console",
+    "controlplane.realtime",
+    "controlplane.api",
+)
+
+
+def test_the_shared_access_layer_imports_no_feature_app():
+    graph = import_graph()
+    for module, targets in graph.items():
+        if module.startswith(SHARED_LAYERS):
+            wrong = sorted(t for t in targets if t.startswith(FEATURE_APPS))
+            assert not wrong, f"{module} imports {wrong}"

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from controlplane.access.roles import has_role, role_of
-from controlplane.realtime.publish import RELAY_PATH
 
 
 class Rule(enum.StrEnum):
@@ -127,7 +126,9 @@ DOORS: dict[str, Door] = {
         Kind.PAGE,
         "other processes publish to browsers (one-machine mode only: not mounted with Redis)",
         {"POST": Rule.SIGNED},
-        one_machine_path=RELAY_PATH,
+        # realtime.publish.RELAY_PATH: the generated table, checked in both modes, keeps
+        # the two equal.
+        one_machine_path="/internal/realtime/publish",
     ),
     # --- REST API (/api/v1/) -----------------------------------------------------------
     "api-root": api("the API's index", GET=VIEWER),

@@ -1,7 +1,10 @@
 """The access table at the doors of WebSocket routes.
 
 A refused socket is closed before the handshake completes, with a code that says why
-(the trainer's link client gives up on any 44xx code instead of retrying).
+(the trainer's link client gives up on any 44xx code instead of retrying). The table
+says which rule a door follows; a door that takes a bearer token (the trainer's link)
+has its consumer judge the token (`GuardedConsumer.token_refusal`), so this shared layer
+knows no feature app.
 """
 
 import logging
@@ -11,21 +14,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from controlplane.access.doors import CONNECT, DOORS, Answer, Rule, verdict
-from controlplane.runs import telemetry
 
 log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
-
-REFUSAL_CODES = {
-    telemetry.Refusal.NO_TOKEN: CLOSE_UNAUTHENTICATED,
-    telemetry.Refusal.WRONG_RUN: CLOSE_FORBIDDEN,
-    telemetry.Refusal.OLD_ATTEMPT: CLOSE_FORBIDDEN,
-    telemetry.Refusal.RUN_FINISHED: CLOSE_FORBIDDEN,
-    telemetry.Refusal.NO_SUCH_RUN: CLOSE_NOT_FOUND,
-}
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -38,20 +32,17 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 @database_sync_to_async
-def refusal_code(scope: dict, door: str) -> int | None:
-    """None when the caller in `scope` may connect to `door`, else the close code."""
-    row = DOORS.get(door)
-    if row is not None and row.rule(CONNECT) is Rule.RUN_TOKEN:
-        run_id = scope["url_route"]["kwargs"]["run_id"]
-        refused = telemetry.link_refusal(run_id, bearer_token(scope.get("headers", [])))
-        if refused is None:
-            return None
-        log.info("trainer link for run %s refused: %s", run_id, refused.value)
-        return REFUSAL_CODES[refused]
+def role_refusal(scope: dict, door: str) -> int | None:
+    """None when the user in `scope` may connect to `door`, else the close code."""
     decision = verdict(scope.get("user"), door, CONNECT)
     if decision.allowed:
         return None
     return CLOSE_UNAUTHENTICATED if decision.answer is Answer.LOG_IN else CLOSE_FORBIDDEN
+
+
+def takes_a_token(door: str) -> bool:
+    row = DOORS.get(door)
+    return row is not None and row.rule(CONNECT) is Rule.RUN_TOKEN
 
 
 class GuardedConsumer(AsyncWebsocketConsumer):
@@ -60,6 +51,12 @@ class GuardedConsumer(AsyncWebsocketConsumer):
     a consumer routed without one is closed to everybody."""
 
     door: str = ""
+
+    async def token_refusal(self, token: str | None) -> int | None:
+        """For a door that takes a bearer token: None when `token` opens it, else the
+        close code. A consumer behind such a door says what its token must be; one that
+        does not is closed to everybody."""
+        return CLOSE_FORBIDDEN
 
     def __init__(self, *args, door: str = "", **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -78,7 +75,10 @@ class GuardedConsumer(AsyncWebsocketConsumer):
         await handler(message)
 
     async def websocket_connect(self, message: dict) -> None:
-        code = await refusal_code(self.scope, self.door)
+        if takes_a_token(self.door):
+            code = await self.token_refusal(bearer_token(self.scope.get("headers", [])))
+        else:
+            code = await role_refusal(self.scope, self.door)
         if code is not None:
             await self.close(code=code)
             return

@@ -27,6 +27,7 @@ from django.db import connection
 from controlplane.access.sockets import (
     CLOSE_FORBIDDEN,
     CLOSE_NOT_FOUND,
+    CLOSE_UNAUTHENTICATED,
     GuardedConsumer,
     bearer_token,
 )
@@ -89,11 +90,27 @@ MAX_OUTBOX = MAX_IN_FLIGHT
 CONSOLE_PREFIX = '"console"'
 MAX_CONSOLE_CHARS = 2_000_000
 REMEMBER_EVERY_S = 0.5  # how often the robots online are updated from a run's stream
+REFUSAL_CODES = {
+    telemetry.Refusal.NO_TOKEN: CLOSE_UNAUTHENTICATED,
+    telemetry.Refusal.WRONG_RUN: CLOSE_FORBIDDEN,
+    telemetry.Refusal.OLD_ATTEMPT: CLOSE_FORBIDDEN,
+    telemetry.Refusal.RUN_FINISHED: CLOSE_FORBIDDEN,
+    telemetry.Refusal.NO_SUCH_RUN: CLOSE_NOT_FOUND,
+}
 
 
 class TrainerConsumer(GuardedConsumer):
-    """One trainer's link for one run. The access table lets in only the bearer of that
-    run's token while the run is not final (controlplane/access/sockets.py)."""
+    """One trainer's link for one run. Its door takes a run token (the access table,
+    controlplane/access/): only the bearer of the run's token for its current attempt
+    gets in, while the run is not final."""
+
+    async def token_refusal(self, token: str | None) -> int | None:
+        run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        refused = await database_sync_to_async(telemetry.link_refusal)(run_id, token)
+        if refused is None:
+            return None
+        log.info("trainer link for run %s refused: %s", run_id, refused.value)
+        return REFUSAL_CODES[refused]
 
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]

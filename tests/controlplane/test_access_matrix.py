@@ -13,11 +13,11 @@ from django.http import HttpResponse
 from django.test import Client
 from django.urls import include, path, reverse
 
-from controlplane.access import matrix
 from controlplane.access.doors import DOORS, SEE, Kind
-from controlplane.access.matrix import Caller, Outcome, documented_answer
 from controlplane.access.pages import guarded
 from controlplane.api.tokens import create_token
+from controlplane.core import access_matrix as matrix
+from controlplane.core.access_matrix import Caller, Outcome, documented_answer
 from controlplane.experiments.services import create_experiment
 from controlplane.inventory.models import Robot
 from controlplane.inventory.services import import_cluster_yaml

@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from controlplane.access import matrix
+from controlplane.core import access_matrix as matrix
 
 DOC = settings.BASE_DIR / "docs" / "permissions.md"
 
