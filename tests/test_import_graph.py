@@ -5,6 +5,9 @@ under `if TYPE_CHECKING:` do not (they never run)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import textwrap
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -95,7 +98,7 @@ def test_the_walk_sees_lazy_imports_and_leaves_out_type_checking_ones():
 
 
 # The `python -m trainer` entry points drive placed runs: they sit above the runtime.
-ENTRY_POINTS = {"trainer.runner.cli", "trainer.evaluation.cli", "trainer.__main__"}
+ENTRY_POINTS = ("trainer.commands", "trainer.__main__")
 
 
 def test_only_the_runtime_imports_ray_and_only_entry_points_import_the_runtime():
@@ -104,7 +107,7 @@ def test_only_the_runtime_imports_ray_and_only_entry_points_import_the_runtime()
             continue
         names = imported_names(module, path)
         assert not any(n == "ray" or n.startswith("ray.") for n in names), module
-        if module not in ENTRY_POINTS:
+        if not module.startswith(ENTRY_POINTS):
             assert not any(n.startswith("trainer.runtime") for n in names), module
 
 
@@ -126,3 +129,77 @@ def test_the_shared_access_layer_imports_no_feature_app():
         if module.startswith(SHARED_LAYERS):
             wrong = sorted(t for t in targets if t.startswith(FEATURE_APPS))
             assert not wrong, f"{module} imports {wrong}"
+
+
+def package_graph(prefix: str) -> dict[str, set[str]]:
+    """The graph of `prefix`'s packages (`trainer.runner`, ...): one imports another when
+    any of its modules does."""
+
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        if module.startswith(prefix + "."):
+            inside = {package(t) for t in targets if t.startswith(prefix + ".")}
+            graph.setdefault(package(module), set()).update(inside - {package(module)})
+    return graph
+
+
+def test_the_trainer_packages_import_each_other_without_a_circle():
+    """The layers docs/architecture.md draws: commands above runtime above runner."""
+    graph = package_graph("trainer")
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as error:
+        raise AssertionError(f"a circle of packages: {' -> '.join(error.args[1])}") from None
+    assert "trainer.runner" in graph["trainer.runtime"]
+    assert "trainer.runtime" not in graph["trainer.runner"]
+
+
+def drawn_layers(prefix: str = "trainer") -> str:
+    """`package_graph` as docs/architecture.md shows it: each package with the packages
+    it imports, the highest layer (the longest chain of imports below it) first."""
+    graph = package_graph(prefix)
+    height: dict[str, int] = {}
+    for name in TopologicalSorter(graph).static_order():  # imported before importers
+        height[name] = 1 + max((height[t] for t in graph.get(name, ())), default=-1)
+    order = sorted(height, key=lambda name: (-height[name], name))
+    width = max(len(name) for name in order) - len(prefix) - 1
+
+    def short(name: str) -> str:
+        return name.removeprefix(prefix + ".")
+
+    lines = []
+    for name in order:
+        below = ", ".join(short(t) for t in sorted(graph.get(name, ()), key=order.index))
+        lines.append(f"{short(name):<{width}}  → {below or '(nothing)'}")
+    return "\n".join(lines)
+
+
+def test_the_architecture_page_draws_the_packages_as_they_import_each_other():
+    page = (ROOT / "docs/architecture.md").read_text()
+    assert textwrap.indent(drawn_layers(), "  ") in page, (
+        "docs/architecture.md, 'Rules kept':\n" + drawn_layers()
+    )
+
+
+def test_what_the_control_plane_imports_from_the_trainer_pulls_in_no_training_stack():
+    """The control plane shares the trainer's config, cluster and wire-format modules:
+    importing them all loads neither torch, Ray nor the link's WebSocket client."""
+    shared = sorted(
+        name
+        for module, targets in import_graph().items()
+        if module.startswith("controlplane.")
+        for name in targets
+        if name.startswith("trainer.")
+    )
+    script = (
+        "import importlib, sys\n"
+        f"for name in {shared!r}: importlib.import_module(name)\n"
+        "print(sorted({'torch', 'ray', 'websockets'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", (shared, done.stdout)

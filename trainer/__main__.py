@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 COMMAND_MODULES = (
     "trainer.cluster.cli",
-    "trainer.runner.cli",
-    "trainer.evaluation.cli",
+    "trainer.commands.run",
+    "trainer.commands.evaluate",
     "trainer.runtime.discover_cli",
 )
 

@@ -7,10 +7,7 @@ and a public `/healthz` must not let its callers flood the queue.
 """
 
 import asyncio
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
@@ -22,8 +19,8 @@ from django.conf import settings
 from django.db import connection
 
 from controlplane.celery import app as celery_app
-from controlplane.core.ray_auth import ray_auth_headers
 from controlplane.core.tasks import ping
+from controlplane.runs import ray_jobs
 
 CHECK_TIMEOUT_S = 3.0
 STATUS_MAX_AGE_S = 1.0
@@ -79,21 +76,7 @@ def _probe_worker() -> tuple[str, dict]:
 
 
 def _probe_ray() -> tuple[str, dict]:
-    url = f"{settings.RAY_ADDRESS}/api/v0/nodes?detail=1&limit=10000"
-    request = urllib.request.Request(url, headers=ray_auth_headers())
-    try:
-        with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT_S) as response:
-            payload = json.load(response)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise PermissionError(
-                f"{settings.RAY_ADDRESS} refused the request (HTTP {exc.code}): "
-                "RAY_AUTH_TOKEN is missing or not this cluster's token"
-            ) from exc
-        raise ConnectionError(f"{settings.RAY_ADDRESS}: HTTP {exc.code}") from exc
-    except urllib.error.URLError as exc:
-        raise ConnectionError(f"{settings.RAY_ADDRESS}: {exc.reason}") from exc
-    nodes = [n for n in payload["data"]["result"]["result"] if n.get("state") == "ALIVE"]
+    nodes = ray_jobs.live_nodes(timeout_s=CHECK_TIMEOUT_S)
     if not nodes:
         raise ConnectionError(f"{settings.RAY_ADDRESS}: the cluster has no live node")
     cpus = sum(n.get("resources_total", {}).get("CPU", 0) for n in nodes)

@@ -1,4 +1,5 @@
-"""The control plane's door to the Ray Jobs API (the dashboard address in RAY_ADDRESS).
+"""The control plane's door to Ray: the dashboard's Jobs and state APIs at RAY_ADDRESS.
+Nothing else in the control plane talks to Ray.
 
 Every call has a deadline (`RAY_REQUEST_TIMEOUT_S`) and fails with one of two typed
 errors: `RayUnavailable` (no answer, or a 5xx: try again later) or `RayRefused` (a 4xx:
@@ -45,20 +46,34 @@ class JobState:
 
 
 class _BoundedClient(JobSubmissionClient):
-    """The SDK's client with a deadline on every request and typed HTTP errors."""
+    """The SDK's client, kept for `submit` alone: it uploads the job's working_dir and
+    py_modules as packages first, which the REST API leaves to the client. Its one
+    change, a deadline and typed errors, sits on `_do_request`, the method every SDK
+    call goes through (tests/controlplane/runs/test_ray_jobs_sdk.py pins that for the
+    pinned Ray)."""
 
     def _do_request(self, method: str, endpoint: str, **kwargs) -> requests.Response:
         kwargs.setdefault("timeout", settings.RAY_REQUEST_TIMEOUT_S)
-        return super()._do_request(method, endpoint, **kwargs)
-
-    def _raise_error(self, response: requests.Response) -> None:
-        raise _http_error(response)
+        response = super()._do_request(method, endpoint, **kwargs)
+        if response.status_code >= 400 and response.status_code != 404:  # 404: no package yet
+            raise _http_error(response)
+        return response
 
 
 def _http_error(response: requests.Response) -> RayJobsError:
+    if response.status_code in (401, 403):
+        return _refused_token(response.status_code)
     kind = RayUnavailable if response.status_code >= 500 else RayRefused
     return kind(f"Ray answered HTTP {response.status_code}: {response.text[:500]}",
                 response.status_code)  # fmt: skip
+
+
+def _refused_token(status_code: int) -> RayRefused:
+    return RayRefused(
+        f"Ray at {settings.RAY_ADDRESS} refused the request: RAY_AUTH_TOKEN is missing "
+        "or not this cluster's token",
+        status_code,
+    )
 
 
 @contextmanager
@@ -68,13 +83,11 @@ def _translated() -> Iterator[None]:
     except RayJobsError:
         raise
     except AuthenticationError as error:  # the SDK's own error for an HTTP 401 or 403
-        raise RayRefused(
-            f"Ray at {settings.RAY_ADDRESS} refused the request: RAY_AUTH_TOKEN is missing "
-            "or not this cluster's token",
-            401,
-        ) from error
+        raise _refused_token(401) from error
     except (requests.RequestException, OSError) as error:  # OSError: the SDK's ConnectionError
         raise RayUnavailable(f"Ray at {settings.RAY_ADDRESS} is unreachable: {error}") from error
+    except RuntimeError as error:  # the SDK's word for an answer it did not expect
+        raise RayRefused(f"Ray at {settings.RAY_ADDRESS}: {error}") from error
 
 
 def client() -> JobSubmissionClient:
@@ -82,10 +95,17 @@ def client() -> JobSubmissionClient:
         return _BoundedClient(settings.RAY_ADDRESS, headers=ray_auth_headers())
 
 
-def _request(method: str, endpoint: str) -> requests.Response:
+def _request(method: str, endpoint: str, timeout_s: float | None = None) -> requests.Response:
+    """One call of the dashboard's documented REST API, with the deadline; a 404 is
+    returned (the callers say what it means), any other failure raised typed."""
     with _translated():
-        response = client()._do_request(method, endpoint)
-    if response.status_code >= 500:
+        response = requests.request(
+            method,
+            settings.RAY_ADDRESS.rstrip("/") + endpoint,
+            headers=ray_auth_headers(),
+            timeout=timeout_s or settings.RAY_REQUEST_TIMEOUT_S,
+        )
+    if response.status_code >= 400 and response.status_code != 404:
         raise _http_error(response)
     return response
 
@@ -114,8 +134,6 @@ def state(submission_id: str) -> JobState:
     response = _request("GET", f"/api/jobs/{submission_id}")
     if response.status_code == 404:
         return JobState("MISSING", f"Ray has no job {submission_id}")
-    if response.status_code != 200:
-        raise _http_error(response)
     info = response.json()
     return JobState(str(info.get("status", "")), info.get("message") or "")
 
@@ -123,17 +141,21 @@ def state(submission_id: str) -> JobState:
 def stop(submission_id: str) -> bool:
     """Ask Ray to stop the job; False when Ray has no such job."""
     response = _request("POST", f"/api/jobs/{submission_id}/stop")
-    if response.status_code == 404:
-        return False
-    if response.status_code != 200:
-        raise _http_error(response)
-    return True
+    return response.status_code != 404
 
 
 def logs(submission_id: str) -> str:
     response = _request("GET", f"/api/jobs/{submission_id}/logs")
     if response.status_code == 404:
         return ""
-    if response.status_code != 200:
-        raise _http_error(response)
     return response.json().get("logs", "")
+
+
+def live_nodes(timeout_s: float | None = None) -> list[dict]:
+    """The cluster's live nodes as the dashboard's state API lists them (resources_total,
+    labels, ...); a health check gives its own, shorter deadline."""
+    response = _request("GET", "/api/v0/nodes?detail=1&limit=10000", timeout_s)
+    if response.status_code == 404:
+        raise RayRefused(f"Ray at {settings.RAY_ADDRESS} has no state API", 404)
+    nodes = response.json()["data"]["result"]["result"]
+    return [node for node in nodes if node.get("state") == "ALIVE"]

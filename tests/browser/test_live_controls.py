@@ -19,7 +19,7 @@ from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
 from tests.runs import submitted_run
-from trainer.link import TrainerLink
+from trainer.link.client import TrainerLink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 

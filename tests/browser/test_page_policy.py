@@ -18,7 +18,7 @@ from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
 from tests.runs import submitted_run
 from trainer.evaluation.protocol import EvalTable, TaskResult
-from trainer.link import TrainerLink
+from trainer.link.client import TrainerLink
 from trainer.link.reporter import eval_summary
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]

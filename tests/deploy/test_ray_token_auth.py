@@ -67,7 +67,7 @@ def test_the_health_check_sends_the_token(ray_settings):
 @pytest.mark.parametrize("token", ["", "not-the-token"])
 def test_without_the_right_token_both_say_so(ray_settings, token):
     ray_settings.RAY_AUTH_TOKEN = token
-    with pytest.raises(PermissionError, match="RAY_AUTH_TOKEN is missing or not this"):
+    with pytest.raises(ray_jobs.RayRefused, match="RAY_AUTH_TOKEN is missing or not this"):
         _probe_ray()
     with pytest.raises(ray_jobs.RayRefused, match="RAY_AUTH_TOKEN is missing or not this"):
         ray_jobs.state("no-such-job")

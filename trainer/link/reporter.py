@@ -4,11 +4,13 @@ into link messages. The runner knows nothing about the link; the CLI wires the t
 from __future__ import annotations
 
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from trainer.config.schema import ExperimentConfig
-from trainer.link.environment import Link
+from trainer.link.environment import Link, link_from_env
 from trainer.link.protocol import MAX_ERROR_CHARS, finite_values
 
 
@@ -99,6 +101,21 @@ def eval_summary(table: dict[str, Any]) -> dict[str, float]:
     summary |= {f"eval/success_rate_task_{t['task_id']}": t["rate"] for t in table["tasks"]}
     summary["eval/episodes"] = sum(task["episodes"] for task in table["tasks"])
     return finite_values(summary)
+
+
+@contextmanager
+def run_link(run_folder: Path | None) -> Iterator[Link]:
+    """The link of the process's run (a no-op link when the control plane did not launch
+    it), spooling in `run_folder`: whatever escapes the block is reported as `failed`
+    before it goes on up, and the link is flushed and closed on the way out."""
+    link = link_from_env(run_folder=run_folder)
+    try:
+        yield link
+    except BaseException as error:
+        report_failure(link, error)
+        raise
+    finally:
+        link.close()
 
 
 def report_failure(link: Link, error: BaseException) -> None:

@@ -1,4 +1,5 @@
-"""The standalone single-process runner; its ``run`` command is ``trainer.runner.cli``."""
+"""The training loops of one process; ``python -m trainer run`` (trainer.commands.run)
+drives them, here or on the ranks of a placement."""
 
 from trainer.runner.on_policy_runner import NothingToResumeError, OnPolicyRunner
 

@@ -24,7 +24,7 @@ from trainer.data.replay import ReplayBuffer, add_transitions, transition_batch
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.envs.intervention import InterventionEnv
 from trainer.envs.teleop import TeleopSettings, TeleopSource
-from trainer.link import TrainerLink
+from trainer.link.client import TrainerLink
 from trainer.robots.console_bridge import ConsoleBridge
 from trainer.robots.driver import SimulatedRobot
 from trainer.runner.interventions import close_env, with_interventions

@@ -20,7 +20,7 @@ from controlplane.runs.tokens import make_run_token, make_spool_key
 from tests.processes import free_port, wait_until
 from tests.runs import submitted_run
 from tests.tcp_gate import TcpGate
-from trainer.link import TrainerLink
+from trainer.link.client import TrainerLink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 

@@ -26,8 +26,8 @@ from controlplane.runs.models import MetricKey, MetricPoint, Run, RunEvent, Tele
 from controlplane.runs.spool_ingest import ingest_spools
 from controlplane.runs.tokens import make_run_token, make_spool_key
 from tests.runs import submitted_run
-from trainer.link import TrainerLink, protocol
-from trainer.link.client import websocket_url
+from trainer.link import protocol
+from trainer.link.client import TrainerLink, websocket_url
 from trainer.link.protocol import (
     CLOSE_TOO_MANY_IN_FLIGHT,
     MAX_IN_FLIGHT,

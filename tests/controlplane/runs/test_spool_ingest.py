@@ -27,7 +27,7 @@ from controlplane.runs.telemetry import Refusal, link_refusal
 from controlplane.runs.tokens import make_run_token, make_spool_key
 from tests.processes import free_port, wait_until
 from tests.runs import submitted_run
-from trainer.link import link_from_env
+from trainer.link.environment import link_from_env
 from trainer.link.protocol import Event, Metrics
 from trainer.link.spool import SPOOL_FOLDER, line_mac, spool_line
 
@@ -251,7 +251,7 @@ FAKE_TRAINER = """
 import os, sys
 from pathlib import Path
 
-from trainer.link import link_from_env
+from trainer.link.environment import link_from_env
 from trainer.link.spool import spool_line
 
 folder = Path(sys.argv[sys.argv.index("--output-dir") + 1])

@@ -13,7 +13,7 @@ from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState, Telem
 from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
 from tests.runs import submitted_run
-from trainer.link import TrainerLink
+from trainer.link.client import TrainerLink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

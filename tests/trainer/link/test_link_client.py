@@ -13,10 +13,10 @@ from websockets.http11 import Response
 from websockets.sync.server import ServerConnection, serve
 
 from tests.processes import free_port, wait_until
-from trainer.link import NullLink, TrainerLink, link_from_env
-from trainer.link.client import websocket_url
+from trainer.commands.run import run
+from trainer.link.client import TrainerLink, websocket_url
+from trainer.link.environment import NullLink, link_from_env
 from trainer.link.spool import Spool
-from trainer.runner.cli import run
 
 torch.set_num_threads(1)
 EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "builtin_ppo.yaml")

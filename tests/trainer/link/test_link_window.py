@@ -9,7 +9,7 @@ import tracemalloc
 from websockets.sync.server import ServerConnection, serve
 
 from tests.processes import free_port
-from trainer.link import TrainerLink
+from trainer.link.client import TrainerLink
 from trainer.link.protocol import MAX_EVENT_DATA_CHARS, MAX_IN_FLIGHT
 from trainer.link.spool import Spool
 

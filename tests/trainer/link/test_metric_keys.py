@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from trainer.algorithms.metrics import rates_from_counts
+from trainer.commands.run import run
 from trainer.link import protocol
 from trainer.link.protocol import MAX_METRIC_KEYS_PER_RUN, finite_values, is_metric_key, json_safe
-from trainer.runner.cli import run
 
 torch.set_num_threads(1)
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -5,7 +5,8 @@ failing on it."""
 import json
 
 from tests.processes import free_port
-from trainer.link import TrainerLink, link_from_env
+from trainer.link.client import TrainerLink
+from trainer.link.environment import link_from_env
 from trainer.link.protocol import Metrics, Progress
 from trainer.link.spool import Spool, is_authentic, line_mac, split_line
 

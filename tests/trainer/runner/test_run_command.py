@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer.commands.run import add_parser, main, run
 from trainer.config import load_config
-from trainer.runner.cli import add_parser, main, run
 from trainer.runner.on_policy_runner import OnPolicyRunner
 
 torch.set_num_threads(1)
@@ -151,7 +151,7 @@ def test_run_registers_on_the_trainer_dispatcher(tmp_path):
 
 def test_the_training_stack_never_imports_django():
     code = (
-        "import sys, trainer.runner.cli, trainer.config, trainer.envs;"
+        "import sys, trainer.commands.run, trainer.config, trainer.envs;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'controlplane')];"
         "assert not bad, bad"
     )
@@ -166,7 +166,7 @@ def test_the_module_runs_as_a_command(tmp_path):
         [
             sys.executable,
             "-m",
-            "trainer.runner.cli",
+            "trainer.commands.run",
             str(REPO / "examples" / "builtin_grpo.yaml"),
             *SMALL,
             "runner.iterations=2",

@@ -1,7 +1,9 @@
 """``python -m trainer run CONFIG.yaml [key=value ...] [--resume]``: train in this process.
 
 Registered with the ``python -m trainer`` dispatcher through ``add_parser``; also runs on
-its own as ``python -m trainer.runner.cli CONFIG.yaml ...``.
+its own as ``python -m trainer.commands.run CONFIG.yaml ...``. Without a ``cluster:``
+placement the run trains in this process; with one, this process drives the placed Ray
+processes (trainer.runtime).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 from trainer.cluster import ClusterConfigError
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
-from trainer.link import Link, RunReporter, link_from_env, report_failure
+from trainer.link.environment import Link
+from trainer.link.reporter import RunReporter, report_failure, run_link
 from trainer.runner.on_policy_runner import (
     NothingToResumeError,
     OnPolicyRunner,
@@ -79,14 +82,8 @@ def main(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # Launched by the control plane, the run reports over the link; alone, this is a no-op.
     # The control plane gives the run's folder (--output-dir), where the link spools.
-    link = link_from_env(run_folder=Path(args.output_dir) if args.output_dir else None)
-    try:
+    with run_link(Path(args.output_dir) if args.output_dir else None) as link:
         return _train(args, link)
-    except BaseException as error:
-        report_failure(link, error)
-        raise
-    finally:
-        link.close()
 
 
 def _train(args: argparse.Namespace, link: Link) -> int:
@@ -134,22 +131,9 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         print(f"cannot resume: {error}", file=sys.stderr)
         report_failure(link, error)
         return EXIT_BAD_CONFIG
-    if stop.signal_name:
-        reporter.stopped(runner.iteration, stop.signal_name)
-        print(
-            f"stopped by {stop.signal_name} after {runner.iteration}/{config.runner.iterations} "
-            f"iterations; checkpoint saved, continue with --resume; files: {runner.output_dir}"
-        )
-        return EXIT_STOPPED
-    reporter.finished(runner.iteration)
     last = history[-1] if history else {}
-    success = last.get("rollout/success_rate")
-    print(
-        f"finished {runner.iteration}/{config.runner.iterations} iterations"
-        + (f", last success_rate {success:.3f}" if success is not None else "")
-        + f"; metrics: {runner.metrics_log.path}; checkpoints: {runner.checkpoint_dir}"
-    )
-    return EXIT_OK
+    files = f"metrics: {runner.metrics_log.path}; checkpoints: {runner.checkpoint_dir}"
+    return _finish(reporter, stop, runner.iteration, last, files)
 
 
 def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int:
@@ -175,23 +159,38 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
         result = train(
             config, plan, output_dir, resume=resume, should_stop=stop.is_set, **callbacks
         )
-    if stop.signal_name:
-        reporter.stopped(result.iteration, stop.signal_name)
-        print(
-            f"stopped by {stop.signal_name} after {result.iteration} iterations; "
-            f"files: {output_dir}"
-        )
-        return EXIT_STOPPED
-    reporter.finished(result.iteration)
-    success = result.last_metrics.get("rollout/success_rate")
     ranks = sum(1 for process in result.ranks if process.component == "actor")
     env_workers = len(result.ranks) - ranks
+    where = f" on {ranks} actor rank(s)" + (
+        f" and {env_workers} env worker(s)" if env_workers else ""
+    )
+    files = f"files: {output_dir}"
+    return _finish(reporter, stop, result.iteration, result.last_metrics, files, where)
+
+
+def _finish(
+    reporter: RunReporter,
+    stop: StopRequest,
+    iteration: int,
+    last_metrics: dict[str, float],
+    files: str,
+    where: str = "",
+) -> int:
+    """The run's last word, to the link and the terminal, in one process or placed."""
+    total = reporter.total
+    if stop.signal_name:
+        reporter.stopped(iteration, stop.signal_name)
+        print(
+            f"stopped by {stop.signal_name} after {iteration}/{total} iterations; "
+            f"checkpoint saved, continue with --resume; {files}"
+        )
+        return EXIT_STOPPED
+    reporter.finished(iteration)
+    success = last_metrics.get("rollout/success_rate")
     print(
-        f"finished {result.iteration}/{config.runner.iterations} iterations on {ranks} actor "
-        f"rank(s)"
-        + (f" and {env_workers} env worker(s)" if env_workers else "")
+        f"finished {iteration}/{total} iterations{where}"
         + (f", last success_rate {success:.3f}" if success is not None else "")
-        + f"; files: {output_dir}"
+        + f"; {files}"
     )
     return EXIT_OK
 
@@ -205,7 +204,7 @@ def _placed(reporter: RunReporter, processes: list[ProcessReport]) -> None:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.runner.cli")
+    parser = argparse.ArgumentParser(prog="python -m trainer.commands.run")
     _configure(parser)
     args = parser.parse_args(argv)
     return args.handler(args)

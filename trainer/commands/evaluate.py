@@ -19,7 +19,7 @@ from trainer.config.errors import ConfigError, ConfigProblem
 from trainer.config.schema import ExperimentConfig
 from trainer.envs.vector_env import VectorEnv
 from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
-from trainer.link import EvalReporter, link_from_env, report_failure
+from trainer.link.reporter import EvalReporter, report_failure, run_link
 from trainer.runner.build import build_components
 from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
 from trainer.whereabouts import ProcessReport
@@ -115,14 +115,8 @@ def eval_config(state: dict[str, Any], args: argparse.Namespace) -> ExperimentCo
 def main(args: argparse.Namespace) -> int:
     # Launched by the control plane, the evaluation reports over the link and spools in
     # its own folder (--output); alone, the link does nothing.
-    link = link_from_env(run_folder=Path(args.output) if args.output else None)
-    try:
+    with run_link(Path(args.output) if args.output else None) as link:
         return _evaluate(args, EvalReporter(link))
-    except BaseException as error:
-        report_failure(link, error)
-        raise
-    finally:
-        link.close()
 
 
 def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
