@@ -216,10 +216,10 @@ def test_a_reload_mid_run_leaves_no_gap_and_no_duplicate(page):
     wait_drawn(page, "success", lambda d: d["success"]["x"] == steps_up_to(5), "first points")
     streaming = threading.Thread(target=feeder.iterations, args=(30, 0.03))
     streaming.start()  # points keep coming while the page reloads, twice
-    try:
-        time.sleep(0.2)
+    try:  # each reload lands while points are arriving: after the 10th, after the 20th
+        wait_until(lambda: feeder.step >= 5 + 5, 10, "points to stream", 0.005)
         page.reload()
-        time.sleep(0.3)
+        wait_until(lambda: feeder.step >= 5 + 15, 10, "more points to stream", 0.005)
         page.reload()
     finally:
         streaming.join()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.build import copies_per_rank, env_options
+from trainer.runtime.ray_calls import answer, has_failed
 from trainer.whereabouts import ProcessReport
 
 log = logging.getLogger(__name__)
@@ -255,9 +255,13 @@ def train_distributed(
         ]  # fmt: skip
         ranks = [
             report
-            for reports_of_rank in _get_all(
-                ray, joined, JOIN_TIMEOUT_S, "joining the process group"
-            )
+            for reports_of_rank in answer(
+                joined,
+                who="an actor rank",
+                doing="joining the process group",
+                error=DistributedRunError,
+                timeout_s=JOIN_TIMEOUT_S,
+            )  # fmt: skip
             for report in reports_of_rank
         ]
         log.info("%d actor ranks joined at %s:%d (%s)", world_size, address, port, backend)
@@ -272,9 +276,9 @@ def train_distributed(
                     handle.ask_to_stop.remote()
                 stop_sent = True
             done, _ = ray.wait(loops, num_returns=len(loops), timeout=POLL_S)
-            failed = [ref for ref in done if _failed(ray, ref)]
-            if failed:
-                _get_all(ray, failed, 1.0, "training")  # raises the rank's own error
+            failed = [ref for ref in done if has_failed(ref)]
+            if failed:  # raises the rank's own error
+                answer(failed, who="an actor rank", doing="training", error=DistributedRunError)
             if len(done) == len(loops):
                 break
         results = ray.get(loops)
@@ -320,26 +324,3 @@ def _relay(
             on_checkpoint(iteration, Path(payload))
         elif kind == "recovered" and on_recovery is not None:
             on_recovery(iteration, payload)
-
-
-def _failed(ray: Any, ref: Any) -> bool:
-    try:
-        ray.get(ref, timeout=0)
-    except Exception:  # noqa: BLE001 - which error is the caller's to report
-        return True
-    return False
-
-
-def _get_all(ray: Any, refs: list[Any], timeout_s: float, what: str) -> list[Any]:
-    deadline = time.monotonic() + timeout_s
-    try:
-        return ray.get(refs, timeout=max(0.1, deadline - time.monotonic()))
-    except ray.exceptions.GetTimeoutError:
-        raise DistributedRunError(
-            f"actor ranks did not finish {what} within {timeout_s:g} s"
-        ) from None
-    except ray.exceptions.RayTaskError as error:
-        cause = error.cause if getattr(error, "cause", None) else error
-        raise DistributedRunError(f"an actor rank failed while {what}: {cause}") from cause
-    except ray.exceptions.RayActorError as error:
-        raise DistributedRunError(f"an actor rank died while {what}: {error}") from error

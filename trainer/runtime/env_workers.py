@@ -24,6 +24,7 @@ from trainer.cluster.discovery import ranked_ray_nodes
 from trainer.config.env_shards import ENV, EnvShard, shard_sizes
 from trainer.envs.registry import make_vector_env
 from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
+from trainer.runtime.ray_calls import answer, has_failed
 from trainer.runtime.ray_placement import actor_options
 from trainer.whereabouts import ProcessReport
 
@@ -113,19 +114,19 @@ class PlacedVectorEnv(VectorEnv):
         for worker, ref in calls.items():
             if ref not in ready_set:
                 ray.kill(self._handles[worker])
-                errors.append(
+                errors.append(EnvWorkerError(
                     f"{self._describe(worker)} did not answer within "
                     f"{self.reply_timeout_s:g} s while {doing}; it was stopped"
-                )
+                ))  # fmt: skip
                 continue
             try:
-                replies.append(ray.get(ref))
-            except ray.exceptions.RayActorError as error:
-                errors.append(f"{self._describe(worker)} died while {doing}: {error}")
-            except ray.exceptions.RayTaskError as error:
-                errors.append(f"{self._describe(worker)} failed while {doing}:\n{error}")
+                replies.append(
+                    answer(ref, who=self._describe(worker), doing=doing, error=EnvWorkerError)
+                )
+            except EnvWorkerError as error:
+                errors.append(error)
         if errors:
-            raise EnvWorkerError(errors[0])
+            raise errors[0]
         return replies
 
     def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
@@ -192,7 +193,7 @@ class PlacedVectorEnv(VectorEnv):
         remote = ray.remote(EnvWorker)
         restarted = []
         for worker, probe in enumerate(probes):
-            if probe in ready and _answered(probe):
+            if probe in ready and not has_failed(probe):
                 continue
             before = self._describe(worker)
             ray.kill(self._handles[worker])
@@ -211,11 +212,3 @@ class PlacedVectorEnv(VectorEnv):
         ray.wait(refs, num_returns=len(refs), timeout=10.0)
         for handle in self._handles:
             ray.kill(handle)
-
-
-def _answered(probe: Any) -> bool:
-    try:
-        ray.get(probe)
-    except ray.exceptions.RayActorError:
-        return False
-    return True

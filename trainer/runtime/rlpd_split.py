@@ -44,6 +44,7 @@ from trainer.runtime.distributed_run import (
     DistributedRunError,
     _relay,
 )
+from trainer.runtime.ray_calls import answer
 from trainer.whereabouts import ProcessReport
 
 if TYPE_CHECKING:
@@ -257,15 +258,11 @@ class RLPDActors:
             runner.take_step(rows)
 
     def _result(self, ref: Any, worker: int) -> tuple[EpisodeStats, int]:
-        try:
-            return ray.get(ref)
-        except ray.exceptions.RayTaskError as error:
-            cause = error.cause if getattr(error, "cause", None) else error
-            if isinstance(cause, ExchangeTimeout):  # the worker found the learner stalled
-                raise ExchangeTimeout(str(cause)) from None
-            raise DistributedRunError(f"{self.describe(worker)} failed: {cause}") from cause
-        except ray.exceptions.RayActorError as error:
-            raise DistributedRunError(f"{self.describe(worker)} died: {error}") from error
+        # A worker that found the learner stalled says so: its ExchangeTimeout passes.
+        return answer(
+            ref, who=self.describe(worker), doing="acting", error=DistributedRunError,
+            passes=(ExchangeTimeout,),
+        )  # fmt: skip
 
     def publish(self, runner: RLPDRunner, force: bool = False) -> None:
         """The actor's weights to every worker when `publish_every` updates have passed
@@ -391,9 +388,9 @@ def train_rlpd_split(
         if a.process.component == ENV
     ]
     try:
-        described = _answer([w.describe.remote() for w in workers], start_timeout_s)
+        described = _answer([w.describe.remote() for w in workers], start_timeout_s, "starting")
         started = learner.start.remote(workers, described, sizes, transitions)
-        here = _answer(started, start_timeout_s)
+        here = _answer(started, start_timeout_s, "starting")
         processes = [ProcessReport(**here), *(ProcessReport(**d["where"]) for d in described)]
         if on_placed is not None:
             on_placed(processes)
@@ -407,7 +404,7 @@ def train_rlpd_split(
                 stop_sent = True
             done, _ = ray.wait([loop], timeout=0.2)
             if done:
-                result = _answer(loop, 1.0)
+                result = _answer(loop, 1.0, "learning")
                 break
             if time.monotonic() - heard > timeout_s:
                 raise ExchangeTimeout(
@@ -430,16 +427,9 @@ def train_rlpd_split(
             queue.shutdown()
 
 
-def _answer(refs: Any, timeout_s: float) -> Any:
+def _answer(refs: Any, timeout_s: float, doing: str) -> Any:
     """`ray.get` within the deadline; a stall another process detected keeps its type."""
-    try:
-        return ray.get(refs, timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError:
-        raise ExchangeTimeout(f"no answer within {timeout_s:g} s") from None
-    except ray.exceptions.RayTaskError as error:
-        cause = error.cause if getattr(error, "cause", None) else error
-        if isinstance(cause, ExchangeTimeout):  # a stall another process detected
-            raise ExchangeTimeout(str(cause)) from None
-        raise DistributedRunError(str(cause)) from cause
-    except ray.exceptions.RayActorError as error:
-        raise DistributedRunError(f"a process of the run died: {error}") from error
+    return answer(
+        refs, who="a process of the run", doing=doing, error=DistributedRunError,
+        timeout_s=timeout_s, stalled=ExchangeTimeout, passes=(ExchangeTimeout,),
+    )  # fmt: skip

@@ -23,6 +23,7 @@ from trainer.algorithms.on_policy import decide
 from trainer.config.env_shards import ROLLOUT
 from trainer.config.schema import ExperimentConfig
 from trainer.models.plan_cache import ChunkDraw, PlanCache
+from trainer.runtime.ray_calls import answer
 from trainer.whereabouts import ProcessReport
 
 REPLY_TIMEOUT_S = 600.0
@@ -98,13 +99,7 @@ class RemoteDecider:
             f"rollout worker {self.report.rank} (node {self.report.node_rank}, "
             f"pid {self.report.pid})"
         )
-        try:
-            return ray.get(ref, timeout=self.reply_timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise RolloutWorkerError(
-                f"{where} did not answer within {self.reply_timeout_s:g} s while {doing}"
-            ) from None
-        except ray.exceptions.RayActorError as error:
-            raise RolloutWorkerError(f"{where} died while {doing}: {error}") from error
-        except ray.exceptions.RayTaskError as error:
-            raise RolloutWorkerError(f"{where} failed while {doing}:\n{error}") from error
+        return answer(
+            ref, who=where, doing=doing, error=RolloutWorkerError,
+            timeout_s=self.reply_timeout_s,
+        )  # fmt: skip
