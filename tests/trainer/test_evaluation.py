@@ -167,6 +167,7 @@ def test_the_task_counts_the_control_plane_checks_are_the_envs_own():
 
 
 def test_an_rlpd_checkpoint_is_evaluated_as_its_deterministic_actor(tmp_path):
+    from tests.policy_alone import success_alone
     from trainer.config.loading import load_config
     from trainer.runner.rlpd_runner import RLPDRunner
 
@@ -177,7 +178,7 @@ def test_an_rlpd_checkpoint_is_evaluated_as_its_deterministic_actor(tmp_path):
     runner = RLPDRunner(config)
     runner.learn()
     try:  # the run's own check: its first 8 init states, the operator off
-        own = runner.evaluate()
+        own = success_alone(runner)
     finally:
         runner.close()
     args = ["eval", str(tmp_path), "--states", "8", "--output", str(tmp_path / "eval")]

@@ -21,12 +21,8 @@ from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.link.environment import Link
 from trainer.link.reporter import RunReporter, report_failure, run_link
-from trainer.runner.on_policy_runner import (
-    NothingToResumeError,
-    OnPolicyRunner,
-    has_checkpoint,
-    run_folder,
-)
+from trainer.runner.loop import NothingToResumeError, has_checkpoint, run_folder
+from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.stop_request import StopRequest
 from trainer.runtime.distributed_run import distributed_plan
 from trainer.whereabouts import ProcessReport

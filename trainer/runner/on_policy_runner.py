@@ -1,5 +1,6 @@
-"""The training loop of one actor rank: pick this iteration's task, collect exactly
-``data_batch_size`` trajectories, compute advantages, update, log, checkpoint.
+"""An on-policy iteration of one actor rank (PPO, GRPO, RLOO): pick this iteration's
+task, collect exactly ``data_batch_size`` trajectories, compute advantages, update. The
+loop around it (logging, checkpoints, resuming, stopping) is trainer.runner.loop's.
 
 It is written for one rank of many: its ``collective`` (trainer.algorithms.collective)
 says which rank it is, sums the rollout counts of all ranks before rates are computed,
@@ -11,9 +12,7 @@ the run's files (metrics, checkpoints holding every rank's cursors) and reports.
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import torch
 
 from trainer.algorithms.collective import Collective
 from trainer.algorithms.metrics import episode_counts, rates_from_counts, sum_counts
-from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
 from trainer.data.rollout_storage import Trajectories, empty_training_samples
 from trainer.data.samplers import (
@@ -34,30 +32,20 @@ from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
 from trainer.runner.build import build_components
-from trainer.runner.checkpoints import (
-    checkpoint_path,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
 from trainer.runner.collection import CollectedBatch, collect_exact_batch, run_round
 from trainer.runner.interventions import close_env
-from trainer.runner.metrics_log import JsonlMetricsLog
-from trainer.runner.progress import ProgressBar
-from trainer.runner.tensorboard_log import TensorBoardLog
+from trainer.runner.loop import (
+    CheckpointCallback,
+    MetricsCallback,
+    NothingToResumeError,
+    RecoveryCallback,
+    TrainingLoop,
+)
 
 log = logging.getLogger(__name__)
 
-MetricsCallback = Callable[[int, dict[str, float]], None]
-RecoveryCallback = Callable[[int, str], None]
-CheckpointCallback = Callable[[int, Path], None]
 
-
-class NothingToResumeError(RuntimeError):
-    pass
-
-
-class OnPolicyRunner:
+class OnPolicyRunner(TrainingLoop):
     def __init__(
         self,
         config: ExperimentConfig,
@@ -71,18 +59,10 @@ class OnPolicyRunner:
     ) -> None:
         """`env`: the rank's env when it is not built here (placed env workers).
         `link`: the run's link, which the operator console's commands arrive by."""
-        self.config = config
-        self.output_dir = Path(output_dir) if output_dir else run_folder(config)
-        self.collective = collective or Collective()
+        super().__init__(config, output_dir, collective, on_metrics, on_checkpoint)
         rank = self.collective.rank
-        self.on_metrics = on_metrics
-        self.on_checkpoint = on_checkpoint
         self.on_recovery = on_recovery
-        if config.runner.torch_threads:
-            torch.set_num_threads(config.runner.torch_threads)
-        # Seeding before building makes the initial weights part of the seeded run.
-        torch.manual_seed(config.runner.seed + rank)
-        self.minibatch_generator = torch.Generator().manual_seed(config.runner.seed + rank)
+        self.minibatch_generator = self.generator
         components = build_components(config, self.minibatch_generator, env, link)
         self.env = components.env
         self.algorithm = components.algorithm
@@ -100,11 +80,7 @@ class OnPolicyRunner:
         self.horizons = assign_horizons(config.rollout.action_horizons_pattern, self.env.num_envs)
         chunk = config.actor.model.num_action_chunks
         self.steps_per_episode = -(-config.env.max_episode_steps // chunk)
-        self.iteration = 0
         self.next_group_index = 0
-        self.total_env_steps = 0
-        self.metrics_log = JsonlMetricsLog(self.output_dir / "metrics.jsonl")
-        self.checkpoint_dir = self.output_dir / "checkpoints"
 
     # ----- one iteration ---------------------------------------------------------
     def _next_round(self, task_id: int) -> Trajectories:
@@ -208,58 +184,6 @@ class OnPolicyRunner:
         )
         return metrics
 
-    # ----- the loop ----------------------------------------------------------------
-    def learn(
-        self, resume: bool = False, should_stop: Callable[[], bool] | None = None
-    ) -> list[dict[str, float]]:
-        """Run up to ``runner.iterations``; returns each iteration's metrics.
-
-        ``should_stop`` is asked after each iteration; when it says so, the runner saves
-        a checkpoint (to resume from) and returns early."""
-        if resume:
-            self.restore()
-        writes = self.collective.rank == 0  # one writer of the run's files
-        tensorboard = None
-        if writes:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.yaml").write_text(dump_config(self.config))
-            self.metrics_log.truncate_after(self.iteration)
-            tensorboard = TensorBoardLog(self.output_dir, resume_from=self.iteration)
-        try:
-            return self._loop(should_stop, tensorboard)
-        finally:
-            if tensorboard is not None:
-                tensorboard.close()
-
-    def _loop(
-        self, should_stop: Callable[[], bool] | None, tensorboard: TensorBoardLog | None
-    ) -> list[dict[str, float]]:
-        writes = tensorboard is not None
-        total = self.config.runner.iterations
-        shows_progress = writes and self.config.runner.progress
-        progress = ProgressBar(total, start=self.iteration) if shows_progress else None
-        history = []
-        while self.iteration < total:
-            metrics = self.train_iteration()
-            history.append(metrics)
-            if writes:
-                self.metrics_log.append(self.iteration, metrics)
-                tensorboard.append(self.iteration, metrics)
-                if self.on_metrics is not None:
-                    self.on_metrics(self.iteration, metrics)
-            # One decision for every rank: a stop asked of any of them stops them all.
-            stopping = self.collective.any(should_stop is not None and should_stop())
-            every = self.config.runner.checkpoint_every
-            if stopping or self.iteration % every == 0 or self.iteration == total:
-                path = self.save()
-                if writes and self.on_checkpoint is not None:
-                    self.on_checkpoint(self.iteration, path)
-            if progress is not None:
-                progress.update(self.iteration, _summary(metrics))
-            if stopping:
-                break
-        return history
-
     def close(self) -> None:
         """Stop env workers, if the env has any, and the console, if it has one."""
         close_env(self.env)
@@ -286,20 +210,7 @@ class OnPolicyRunner:
             "ranks": self.collective.gather_objects(self.rank_state()),
         }
 
-    def save(self) -> Path:
-        """Every rank calls this; rank 0 writes the one checkpoint file, which must be on
-        storage all ranks read (the run folder; shared when the cluster has several
-        nodes) for them to resume."""
-        state = self.state_dict()
-        if self.collective.rank != 0:
-            return checkpoint_path(self.checkpoint_dir, self.iteration)
-        return save_checkpoint(self.checkpoint_dir, self.iteration, state)
-
-    def restore(self, path: Path | None = None) -> Path:
-        path = path or latest_checkpoint(self.checkpoint_dir)
-        if path is None:
-            raise NothingToResumeError(f"no checkpoint to resume in {self.checkpoint_dir}")
-        state = load_checkpoint(path)
+    def load_state(self, state: dict[str, Any], path: Path) -> None:
         ranks = state.get("ranks") or [state]  # checkpoints of one rank before ranks
         if len(ranks) != self.collective.world_size:
             raise NothingToResumeError(
@@ -315,20 +226,9 @@ class OnPolicyRunner:
         self.next_group_index = mine["next_group_index"]
         torch.set_rng_state(mine["torch_rng"])
         self.minibatch_generator.set_state(mine["minibatch_rng"])
-        return path
 
-
-def run_folder(config: ExperimentConfig) -> Path:
-    """Where a run writes: runner.output_dir, else var/runs/<name> (the name made one
-    safe folder name, so it cannot lead outside var/runs/)."""
-    if config.runner.output_dir:
-        return Path(config.runner.output_dir)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", config.name).strip(".-")
-    return Path("var", "runs", name or "experiment")
-
-
-def has_checkpoint(config: ExperimentConfig) -> bool:
-    return latest_checkpoint(run_folder(config) / "checkpoints") is not None
+    def summary(self, metrics: dict[str, float]) -> str:
+        return _summary(metrics)
 
 
 def _summary(metrics: dict[str, float]) -> str:

@@ -9,9 +9,11 @@ turn, init states by the circular cursors of seed 001), so per-task success is c
 like the on-policy runs' and charted the same way (`counts/task{T}/...`). Before
 `training_starts` online transitions the copies act uniformly at random.
 
-Checkpoints hold the learner, the cursors and the random generators; both buffers are
-saved beside them (`buffers/`) every `buffer_snapshot_every` iterations and restored
-on resume.
+Where the copies step is a collector: `LocalEpisodes` here, `RLPDActors` for placed
+workers. The loop around an iteration (logging, checkpoints, resuming, stopping) is
+trainer.runner.loop's. Checkpoints hold the learner, the cursors and the random
+generators; both buffers are saved beside them (`buffers/`) every
+`buffer_snapshot_every` iterations and restored on resume.
 """
 
 from __future__ import annotations
@@ -19,21 +21,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from trainer.algorithms.metrics import rates_from_counts
 from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
 from trainer.config.errors import ConfigError
-from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
-from trainer.envs.intervention import InterventionEnv
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
@@ -46,19 +45,8 @@ from trainer.runner.checkpoints import (
     save_checkpoint,
 )
 from trainer.runner.interventions import close_env, with_interventions
-from trainer.runner.metrics_log import JsonlMetricsLog
-from trainer.runner.on_policy_runner import (
-    CheckpointCallback,
-    MetricsCallback,
-    NothingToResumeError,
-    run_folder,
-)
-from trainer.runner.progress import ProgressBar
-from trainer.runner.rlpd_episodes import random_actions, run_episodes
-from trainer.runner.tensorboard_log import TensorBoardLog
-
-if TYPE_CHECKING:
-    from trainer.runtime.rlpd_split import RLPDActors
+from trainer.runner.loop import CheckpointCallback, MetricsCallback, TrainingLoop
+from trainer.runner.rlpd_episodes import EpisodeStats, random_actions, run_episodes
 
 log = logging.getLogger(__name__)
 
@@ -91,30 +79,65 @@ def build_env(config: ExperimentConfig, link: Link | None = None) -> VectorEnv:
     return with_interventions(env, config, link)
 
 
-class RLPDRunner:
+class Collector(Protocol):
+    """Where RLPD's env copies step: what their envs are, and one episode of every copy
+    whose transitions reach `runner.take_step` as they are made."""
+
+    obs_shape: tuple[int, ...]
+    action_dim: int
+    num_envs: int
+    num_tasks: int
+    # Whether the copies step while the learner updates (placed workers) or in turns.
+    steps_while_updating: bool
+
+    def init_state_count(self, task_id: int) -> int: ...
+
+    def collect(self, task_id: int, indices: torch.Tensor, runner: RLPDRunner) -> EpisodeStats: ...
+
+    def close(self) -> None: ...
+
+
+class LocalEpisodes:
+    """The copies in this process, acting with the learner's actor as it updates."""
+
+    steps_while_updating = False
+
+    def __init__(self, env: VectorEnv) -> None:
+        self.env = env
+        self.obs_shape, self.action_dim = tuple(env.obs_shape), env.action_dim
+        self.num_envs, self.num_tasks = env.num_envs, env.num_tasks
+
+    def init_state_count(self, task_id: int) -> int:
+        return int(self.env.init_states(task_id).shape[0])
+
+    def collect(self, task_id: int, indices: torch.Tensor, runner: RLPDRunner) -> EpisodeStats:
+        states = self.env.init_states(task_id)[indices]
+        return run_episodes(self.env, task_id, states, runner.act, runner.take_step)
+
+    def close(self) -> None:
+        close_env(self.env)
+
+
+class RLPDRunner(TrainingLoop):
     def __init__(
         self,
         config: ExperimentConfig,
         output_dir: Path | None = None,
         on_metrics: MetricsCallback | None = None,
         on_checkpoint: CheckpointCallback | None = None,
-        actors: RLPDActors | None = None,
+        actors: Collector | None = None,
         link: Link | None = None,
     ) -> None:
-        """`actors`: the run's env copies in placed workers that act with the weights
-        this learner publishes (trainer.runtime.rlpd_split); None: in this process.
-        `link`: the run's link, which the operator console's commands arrive by."""
-        self.config = config
-        self.output_dir = Path(output_dir) if output_dir else run_folder(config)
-        self.on_metrics, self.on_checkpoint = on_metrics, on_checkpoint
-        if config.runner.torch_threads:
-            torch.set_num_threads(config.runner.torch_threads)
-        torch.manual_seed(config.runner.seed)
-        self.generator = torch.Generator().manual_seed(config.runner.seed)
+        """`actors`: the run's env copies elsewhere, e.g. in placed workers that act with
+        the weights this learner publishes (trainer.runtime.rlpd_split.RLPDActors);
+        None: in this process. `link`: the run's link, which the operator console's
+        commands arrive by."""
+        super().__init__(config, output_dir, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
         r = config.algorithm.rlpd
-        self.actors = actors
+        # The env of this process's copies (None when they are placed).
         self.env = build_env(config, link) if actors is None else None
-        envs = actors if actors is not None else self.env
+        self.collector: Collector = actors if actors is not None else LocalEpisodes(self.env)
+        envs = self.collector
         self.obs_shape, self.action_dim = tuple(envs.obs_shape), envs.action_dim
         self.num_envs, self.num_tasks = envs.num_envs, envs.num_tasks
         try:  # a config the env refuses must not leave its worker processes behind
@@ -132,17 +155,11 @@ class RLPDRunner:
         self.task_cursor = TaskCursor(task_ids)
         self.init_states = InitStateSampler(
             {task: envs.init_state_count(task) for task in task_ids}
-            if actors is not None
-            else {task: int(self.env.init_states(task).shape[0]) for task in task_ids}
         )
         self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
         self._online_only = False  # the last state of the sampler the log was told
         self.update_metrics: list[dict[str, float]] = []
         self.update_seconds = 0.0
-        self.iteration = 0
-        self.total_env_steps = 0
-        self.metrics_log = JsonlMetricsLog(self.output_dir / "metrics.jsonl")
-        self.checkpoint_dir = self.output_dir / "checkpoints"
         self.buffer_dir = self.output_dir / "buffers"
 
     def _task_ids(self) -> list[int]:
@@ -183,12 +200,13 @@ class RLPDRunner:
         return int(demos["obs"].shape[0])
 
     # ----- one iteration -----------------------------------------------------------
-    def _act(self, obs: torch.Tensor) -> torch.Tensor:
-        if self._exploring():
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """The copies' actions in this process: random while exploring, else the actor's."""
+        if self.exploring():
             return random_actions(obs.shape[0], self.action_dim, self.generator)
         return self.learner.actor.act(obs)
 
-    def _exploring(self) -> bool:
+    def exploring(self) -> bool:
         """Uniformly random actions until `training_starts` online transitions."""
         return len(self.online) < self.config.algorithm.rlpd.training_starts
 
@@ -233,15 +251,10 @@ class RLPDRunner:
         task_id = self.task_cursor.current()
         indices = self.init_states.take(task_id, self.num_envs)
         self.update_metrics, self.update_seconds, started = [], 0.0, time.monotonic()
-        if self.actors is not None:  # env copies in placed workers, acting on their own
-            stats = self.actors.collect(task_id, indices, self._exploring(), self)
-        else:
-            stats = run_episodes(
-                self.env, task_id, self.env.init_states(task_id)[indices], self._act,
-                self.take_step,
-            )  # fmt: skip
+        stats = self.collector.collect(task_id, indices, self)
         elapsed = time.monotonic() - started
         update_metrics, update_seconds = self.update_metrics, self.update_seconds
+        stepping_aside = 0.0 if self.collector.steps_while_updating else update_seconds
         copies, success = self.num_envs, stats.success
         env_steps = int(stats.lengths.sum())
         self.total_env_steps += env_steps
@@ -280,78 +293,27 @@ class RLPDRunner:
                 * self.config.algorithm.rlpd.cta_ratio
                 / max(update_seconds, 1e-9),
                 # Placed workers step while the learner updates; in one process they alternate.
-                "charts/SPS": env_steps
-                / max(elapsed - (0.0 if self.actors is not None else update_seconds), 1e-9),
+                "charts/SPS": env_steps / max(elapsed - stepping_aside, 1e-9),
                 "charts/env_steps": float(self.total_env_steps),
                 "charts/iteration_seconds": elapsed,
             }
         )
         return metrics
 
-    @torch.no_grad()
-    def evaluate(self, task_ids: list[int] | None = None) -> float:
-        """Success rate of the deterministic policy, no one intervening: every copy runs
-        one episode of each task from the task's first init states."""
-        if self.env is None:
-            raise RuntimeError("evaluate() steps the env in this process; this run's is placed")
-        env = self.env.env if isinstance(self.env, InterventionEnv) else self.env
-        successes = episodes = 0
-        for task_id in task_ids or self.task_cursor.tasks:
-            states = env.init_states(task_id)
-            index = torch.arange(env.num_envs) % states.shape[0]
-            obs = env.reset(task_id, states[index])
-            running = torch.ones(env.num_envs, dtype=torch.bool)
-            while bool(running.any()):
-                step = env.step(self.learner.actor.act(obs, deterministic=True))
-                successes += int((running & step.success).sum())
-                running &= ~step.done
-                obs = step.obs
-            episodes += env.num_envs
-        return successes / episodes
-
     def _sample(self) -> dict[str, torch.Tensor]:
         batch = self.sampler.sample(self.generator)
         batch.pop("from_demo")
         return batch
 
-    # ----- the loop ----------------------------------------------------------------
-    def learn(
-        self, resume: bool = False, should_stop: Callable[[], bool] | None = None
-    ) -> list[dict[str, float]]:
-        if resume:
-            self.restore()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(dump_config(self.config))
-        self.metrics_log.truncate_after(self.iteration)
-        tensorboard = TensorBoardLog(self.output_dir, resume_from=self.iteration)
-        total = self.config.runner.iterations
-        progress = ProgressBar(total, start=self.iteration) if self.config.runner.progress else None
-        history = []
-        try:
-            while self.iteration < total:
-                metrics = self.train_iteration()
-                history.append(metrics)
-                self.metrics_log.append(self.iteration, metrics)
-                tensorboard.append(self.iteration, metrics)
-                if self.on_metrics is not None:
-                    self.on_metrics(self.iteration, metrics)
-                stopping = should_stop is not None and should_stop()
-                every = self.config.runner.checkpoint_every
-                if stopping or self.iteration % every == 0 or self.iteration == total:
-                    path = self.save(with_buffers=stopping or self.iteration == total)
-                    if self.on_checkpoint is not None:
-                        self.on_checkpoint(self.iteration, path)
-                if progress is not None:
-                    progress.update(self.iteration, _summary(metrics))
-                if stopping:
-                    break
-        finally:
-            tensorboard.close()
-        return history
-
     def close(self) -> None:
-        if self.env is not None:
-            close_env(self.env)
+        self.collector.close()
+
+    def summary(self, metrics: dict[str, float]) -> str:
+        return (
+            f"success {metrics.get('rollout/success_rate', 0.0):.2f} "
+            f"Q {metrics.get('rlpd/q_predicted', 0.0):.2f} "
+            f"demo {metrics.get('buffers/demo', 0.0):.0f}"
+        )
 
     # ----- checkpoints -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -369,24 +331,18 @@ class RLPDRunner:
             "config": self.config.model_dump(mode="json"),
         }
 
-    def save(self, with_buffers: bool = False) -> Path:
+    def save_beside(self, final: bool) -> None:
+        """Both buffers, at the end, at a stop, and every `buffer_snapshot_every`."""
         every = self.config.algorithm.rlpd.buffer_snapshot_every
-        if with_buffers or every == 0 or self.iteration % every == 0:
-            self._save_buffers()
-        return save_checkpoint(self.checkpoint_dir, self.iteration, self.state_dict())
-
-    def _save_buffers(self) -> None:
+        if not (final or every == 0 or self.iteration % every == 0):
+            return
         state = {"online": self.online.state_dict(), "demo": self.demo.state_dict()}
         path = save_checkpoint(self.buffer_dir, self.iteration, state)
         for older in self.buffer_dir.glob("iter_*.pt"):  # one snapshot is enough
             if older != path:
                 older.unlink()
 
-    def restore(self, path: Path | None = None) -> Path:
-        path = path or latest_checkpoint(self.checkpoint_dir)
-        if path is None:
-            raise NothingToResumeError(f"no checkpoint to resume in {self.checkpoint_dir}")
-        state = load_checkpoint(path)
+    def load_state(self, state: dict[str, Any], path: Path) -> None:
         self.iteration = state["iteration"]
         self.learner.load_state_dict(state["learner"])
         self.total_env_steps = state["total_env_steps"]
@@ -402,7 +358,6 @@ class RLPDRunner:
             self.demo.load_state_dict(saved["demo"])
             if buffers != checkpoint_path(self.buffer_dir, self.iteration):
                 log.warning("resumed iteration %d with the buffers of %s", self.iteration, buffers)
-        return path
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -410,11 +365,3 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
         return {}
     keys = set().union(*rows)
     return {k: sum(r[k] for r in rows if k in r) / sum(k in r for r in rows) for k in keys}
-
-
-def _summary(metrics: dict[str, float]) -> str:
-    return (
-        f"success {metrics.get('rollout/success_rate', 0.0):.2f} "
-        f"Q {metrics.get('rlpd/q_predicted', 0.0):.2f} "
-        f"demo {metrics.get('buffers/demo', 0.0):.0f}"
-    )

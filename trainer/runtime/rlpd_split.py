@@ -190,7 +190,10 @@ class _Publication:
 
 class RLPDActors:
     """The learner's view of its acting workers: what their envs are, and one round of
-    episodes on all of them while the learner trains on what they stream."""
+    episodes on all of them while the learner trains on what they stream (the RLPD
+    runner's collector for placed copies)."""
+
+    steps_while_updating = True
 
     def __init__(
         self, workers: list[Any], reports: list[dict[str, Any]], sizes: list[int],
@@ -211,15 +214,18 @@ class RLPDActors:
     def init_state_count(self, task_id: int) -> int:
         return self._init_state_counts[task_id]
 
+    def close(self) -> None:
+        """Nothing: the driver that placed the workers stops them (train_rlpd_split)."""
+
     def describe(self, worker: int) -> str:
         where = self.where[worker]
         return f"env worker {worker} on node {where.node_rank} (pid {where.pid})"
 
-    def collect(
-        self, task_id: int, indices: torch.Tensor, explore: bool, runner: RLPDRunner
-    ) -> EpisodeStats:
-        """Every worker runs one episode of `task_id` on its share of `indices`; the
-        transitions go into `runner`'s buffers and pay for its updates as they come."""
+    def collect(self, task_id: int, indices: torch.Tensor, runner: RLPDRunner) -> EpisodeStats:
+        """Every worker runs one episode of `task_id` on its share of `indices` (acting
+        at random while the runner explores); the transitions go into `runner`'s
+        buffers and pay for its updates as they come."""
+        explore = runner.exploring()
         self.publish(runner, force=True)
         pending, start = {}, 0
         for worker, (handle, size) in enumerate(zip(self.workers, self.sizes, strict=True)):

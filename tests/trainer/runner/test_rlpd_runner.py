@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.policy_alone import success_alone
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.data.demos import record_demos, save_demos
@@ -42,7 +43,7 @@ def trained(tmp_path: Path, iterations: int, *overrides: str) -> RLPDRunner:
 def test_demos_beat_no_demos_at_the_same_budget(tmp_path, demo_file):
     with_demos = trained(tmp_path / "a", 20, f"algorithm.rlpd.demos={demo_file}")
     without = trained(tmp_path / "b", 20, "algorithm.rlpd.demo_fraction=0")
-    with_rate, without_rate = with_demos.evaluate(), without.evaluate()
+    with_rate, without_rate = success_alone(with_demos), success_alone(without)
     print(f"success after 20 iterations: with demos {with_rate}, without {without_rate}")
     # Fixed seeds fix the run on one CPU; another CPU's float kernels take another path
     # (8/8 against 4/8 on one machine, 6/8 against 1/8 on another): the margin is the claim.
@@ -56,7 +57,7 @@ def test_scripted_interventions_speed_learning_up(tmp_path):
         tmp_path / "a", 15, "env.interventions.source=scripted", "env.interventions.share=0.25"
     )
     alone = trained(tmp_path / "b", 15, "algorithm.rlpd.demo_fraction=0")
-    assisted_rate, alone_rate = assisted.evaluate(), alone.evaluate()
+    assisted_rate, alone_rate = success_alone(assisted), success_alone(alone)
     print(f"policy alone after 15 iterations: assisted {assisted_rate}, not {alone_rate}")
     assert assisted_rate - alone_rate >= 0.4
     # Every intervened transition, and only those, went into the demo buffer.

@@ -203,7 +203,7 @@ def test_output_dir_wins_over_the_config_and_the_name_cannot_leave_var_runs(tmp_
     written = load_config(target / "config.yaml")
     assert written.runner.output_dir == str(target)
 
-    from trainer.runner.on_policy_runner import run_folder
+    from trainer.runner.loop import run_folder
 
     escaping = load_config(None, ["name=../../etc/x y"])
     assert run_folder(escaping) == Path("var", "runs", "etc-x-y")
