@@ -3,7 +3,8 @@
 YAML 1.1 loaders (PyYAML's default, OmegaConf) read an unquoted `1:2` as the base-60
 integer 62, silently turning `placement: 1:2` into resource rank 62. ruamel.yaml follows
 YAML 1.2, where `1:2` stays the text the user wrote. Exports quote every placement and
-rank string so that even a YAML 1.1 reader gets them right.
+rank string, and any other string a YAML 1.1 reader would take for something else (an
+env var's `1:2`, `yes`, `0x10`), so that such a reader gets them right too.
 """
 
 from __future__ import annotations
@@ -146,8 +147,32 @@ def _reroot(lines: dict[Path, int], old: Path, new: Path) -> dict[Path, int]:
     return {(*new, *path[size:]): line for path, line in lines.items() if path[:size] == old}
 
 
+def _read_as_yaml_1_1(text: str) -> Any:
+    reader = YAML(typ="safe", pure=True)
+    reader.version = (1, 1)
+    try:
+        return reader.load(text)
+    except YAMLError:
+        return None
+
+
+def _quote_for_yaml_1_1(node: Any) -> Any:
+    """`node` with every string a YAML 1.1 reader would not read back as itself
+    double-quoted."""
+    if isinstance(node, dict):
+        return {key: _quote_for_yaml_1_1(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_quote_for_yaml_1_1(value) for value in node]
+    if isinstance(node, str) and _read_as_yaml_1_1(node) != node:
+        return DoubleQuotedScalarString(node)
+    return node
+
+
 def _quote_rank_text(section: dict[str, Any]) -> None:
-    """Double-quote placement and rank strings: `1:2` unquoted is 62 to a YAML 1.1 reader."""
+    """Double-quote placement and rank strings (`1:2` unquoted is 62 to a YAML 1.1
+    reader), and whatever else such a reader would misread."""
+    for key, value in _quote_for_yaml_1_1(section).items():
+        section[key] = value
     placement = section.get("component_placement") or {}
     for key, value in placement.items():
         if isinstance(value, str):

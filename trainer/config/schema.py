@@ -3,7 +3,8 @@
 One schema serves the CLI, the control plane's validation and the Ray job. Unknown keys
 are errors (a typo must never silently fall back to a default). The ``cluster`` section
 is kept as a mapping here and validated by ``trainer.cluster``. Every field carries a
-description, which ``docs/training.md`` and the UI show.
+description: docs/training.md's table of keys is generated from them
+(``python -m trainer.config.reference --write``; a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ class Section(BaseModel):
 class InterventionConfig(Section):
     source: Literal["none", "scripted", "console"] = Field(
         "none",
-        description="Who may take over env copies: none; scripted (a test operator that "
-        "steers the built-in env's effector to the goal); console (operators in the "
-        "control plane's console, each copy a simulated robot).",
+        description="Who may take over env copies (RLPD; PPO/GRPO/RLOO with one-action "
+        "chunks in one process, the human's steps left out of the policy-gradient loss): "
+        "none; scripted (a test operator that steers the built-in env's effector to the "
+        "goal); console (operators in the control plane's console, each copy a simulated "
+        "robot: docs/console.md).",
     )
     share: float = Field(
         0.2, ge=0, le=1, description="Share of episodes the scripted operator takes over."
@@ -88,14 +91,19 @@ class EnvConfig(Section):
         description="Env worker processes the copies are split over; 0 steps them in the "
         "trainer's process (best for the built-in env, which is vectorised in torch).",
     )
-    camera: bool = Field(False, description="Image observations instead of state (LIBERO).")
+    camera: bool = Field(
+        False,
+        description="Image observations instead of state (LIBERO; the built-in env is state-only).",
+    )
     physics_substeps: PositiveInt = Field(
         1,
         description="Built-in env: substeps each action is integrated in (contact checked "
         "after each); a few hundred make a step cost what a simulator's does.",
     )
     init_states_per_task: PositiveInt = Field(
-        50, description="Size of each task's fixed init-state set (built-in env)."
+        50,
+        description="Size of each task's fixed init-state set (built-in env; LIBERO always "
+        "has 50).",
     )
     seed: int = Field(0, description="Seed of the env's init-state sets.")
     interventions: InterventionConfig = InterventionConfig()
@@ -119,7 +127,9 @@ class EnvConfig(Section):
 
 
 class ModelConfig(Section):
-    kind: Literal["mlp", "cnn"] = Field("mlp", description="Encoder: mlp (state) or cnn.")
+    kind: Literal["mlp", "cnn"] = Field(
+        "mlp", description="Encoder: mlp (state) or cnn (images [C, H, W])."
+    )
     num_action_chunks: PositiveInt = Field(5, description="Actions sent per env step.")
     action_dim: PositiveInt = Field(
         7, description="Action dims the model predicts; only the env's dims are sent."
@@ -128,7 +138,10 @@ class ModelConfig(Section):
         [64, 64], min_length=1, description="Widths of the encoder's hidden layers."
     )
     activation: Literal["tanh", "elu", "silu", "relu"] = Field(
-        "silu", description="Hidden-layer activation of the MLP policy and critic."
+        "silu",
+        description="Hidden-layer activation of the MLP policy and critic: silu, tanh, elu or "
+        "relu. SiLU learns the built-in env as well as tanh and costs a seventh of torch's "
+        "CPU tanh.",
     )
     init_log_std: float = Field(0.0, description="Initial log std of the Gaussian plan.")
 
@@ -161,7 +174,9 @@ class RolloutConfig(Section):
 
 
 class RewardFilterConfig(Section):
-    enabled: bool = Field(False, description="Drop groups whose scores are all equal.")
+    enabled: bool = Field(
+        False, description="Drop groups whose scores are all equal (needs group_size >= 2)."
+    )
     max_attempts: PositiveInt = Field(
         3, description="Collection passes before giving up and training with a loss mask."
     )
@@ -172,10 +187,17 @@ class RLPDConfig(Section):
 
     batch_size: PositiveInt = Field(256, description="Transitions per update batch.")
     demo_fraction: float = Field(
-        0.5, ge=0, le=1, description="Share of each batch drawn from the demo buffer."
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of each batch drawn from the demo buffer (an exact count); while "
+        "the demo buffer is empty, whole batches come from the online buffer.",
     )
     training_starts: int = Field(
-        200, ge=0, description="Online transitions collected before the first update."
+        200,
+        ge=0,
+        description="Online transitions collected (by uniform random actions) before the "
+        "first update.",
     )
     online_capacity: PositiveInt = Field(100_000, description="Online buffer size.")
     demo_capacity: PositiveInt = Field(
@@ -185,7 +207,10 @@ class RLPDConfig(Section):
         None, description="A .npz demo file (trainer/data/demos.py) loaded at the start."
     )
     updates_per_step: PositiveInt = Field(
-        1, description="Update rounds (each cta_ratio updates) per step of the env copies."
+        1,
+        description="Update rounds (each cta_ratio updates) per env.num_parallel_envs stored "
+        "transitions (one step of every copy): the update-to-data ratio is "
+        "updates_per_step x cta_ratio / num_parallel_envs critic updates per transition.",
     )
     cta_ratio: PositiveInt = Field(
         2, description="Updates per round: cta_ratio - 1 critic-only, then one joint."
@@ -225,7 +250,7 @@ class RLPDConfig(Section):
         0,
         ge=0,
         description="Iterations between snapshots of both buffers (resume restores them); "
-        "0: with every checkpoint.",
+        "0: with every checkpoint (and always at the end and at a stop).",
     )
 
     @model_validator(mode="after")
@@ -242,14 +267,16 @@ class AlgorithmConfig(Section):
     name: Literal["ppo", "grpo", "rloo", "rlpd"] = Field(
         "ppo", description="ppo, grpo, rloo (on-policy) or rlpd (off-policy, with demos)."
     )
-    group_size: PositiveInt = Field(1, description="Rollouts per group (GRPO/RLOO).")
+    group_size: PositiveInt = Field(1, description="Rollouts per group; at least 2 for GRPO/RLOO.")
     init_states: Literal["per_group", "per_rollout"] = Field(
         "per_group",
         description="per_group: a group's rollouts share one init state (what a group-"
         "relative baseline compares); per_rollout: every rollout of a round starts from "
         "its own state, as seed 001 takes them. The same when group_size is 1.",
     )
-    data_batch_size: PositiveInt = Field(64, description="Trajectories per iteration, exactly.")
+    data_batch_size: PositiveInt = Field(
+        64, description="Trajectories per iteration, exactly; a multiple of group_size."
+    )
     gamma: float = Field(0.95, ge=0, le=1, description="Discount per env step (chunk).")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (PPO).")
     clip_ratio: float = Field(0.2, gt=0, description="PPO ratio clip epsilon.")

@@ -2,8 +2,9 @@
 
 Simulators such as LIBERO step at tens of steps per second per env and hold the GIL, so
 copies must run in separate processes to use several cores. Each worker builds its own
-shard with ``factory(num_envs=k)`` and the parent scatters actions and gathers results;
-to the rollout loop it is just another ``VectorEnv``. Workers are started with
+shard with ``factory(num_envs=k)``; splitting and joining the batch is
+``ShardedVectorEnv``'s, this module is the pipe. To the rollout loop it is just another
+``VectorEnv``. Workers are started with
 ``spawn`` (never ``fork``: forking a process that has started torch's thread pools can
 deadlock the child), so ``factory`` must be picklable, e.g. a ``functools.partial`` of
 an env class.
@@ -26,29 +27,20 @@ from typing import Any
 import torch
 
 from trainer.config.env_shards import shard_sizes
-from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
+from trainer.envs.sharded_vector_env import ShardedVectorEnv, env_facts
+from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 
 EnvFactory = Callable[..., VectorEnv]
 _POLL_SECONDS = 0.5
 _START_TIMEOUT_S = 300.0  # a worker importing torch and building its simulator
+_COMMANDS = ("reset", "step", "init_states")
 
 
 def _serve(connection: Connection, factory: EnvFactory, num_envs: int) -> None:
     torch.set_num_threads(1)  # one core per worker; the parent decides how many workers
     try:
         env = factory(num_envs=num_envs)
-        connection.send(
-            (
-                "ok",
-                {
-                    "num_tasks": env.num_tasks,
-                    "obs_shape": env.obs_shape,
-                    "action_dim": env.action_dim,
-                    "max_episode_steps": env.max_episode_steps,
-                    "task_names": [env.task_name(task) for task in range(env.num_tasks)],
-                },
-            )
-        )
+        connection.send(("ok", env_facts(env)))
     except Exception:  # noqa: BLE001 - reported to the parent, which raises
         connection.send(("error", traceback.format_exc()))
         return
@@ -59,20 +51,14 @@ def _serve(connection: Connection, factory: EnvFactory, num_envs: int) -> None:
                 env.close()
                 connection.send(("ok", None))
                 return
-            if command == "reset":
-                result: Any = env.reset(*payload)
-            elif command == "step":
-                result = env.step(payload)
-            elif command == "init_states":
-                result = env.init_states(payload)
-            else:
+            if command not in _COMMANDS:
                 raise ValueError(f"unknown command {command!r}")
-            connection.send(("ok", result))
+            connection.send(("ok", getattr(env, command)(*payload)))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises
             connection.send(("error", traceback.format_exc()))
 
 
-class SubprocVectorEnv(VectorEnv):
+class SubprocVectorEnv(ShardedVectorEnv):
     def __init__(
         self,
         factory: EnvFactory,
@@ -93,13 +79,8 @@ class SubprocVectorEnv(VectorEnv):
             self._connections.append(connection)
             self._processes.append(process)
         self._closed = False
-        meta = [self._receive(w, "starting", _START_TIMEOUT_S) for w in range(num_workers)][0]
-        self.num_tasks = meta["num_tasks"]
-        self.obs_shape = tuple(meta["obs_shape"])
-        self.action_dim = meta["action_dim"]
-        self.max_episode_steps = meta["max_episode_steps"]
-        self._task_names = meta["task_names"]
-        self._init_states: dict[int, torch.Tensor] = {}
+        facts = [self._receive(w, "starting", _START_TIMEOUT_S) for w in range(num_workers)]
+        self._adopt(facts[0])
 
     def _start(self, worker: int) -> tuple[Connection, Any]:
         parent, child = mp.get_context("spawn").Pipe()
@@ -177,12 +158,12 @@ class SubprocVectorEnv(VectorEnv):
             raise errors[0]
         return replies
 
-    def _call(self, messages: list[tuple[str, Any]], doing: str) -> list[Any]:
+    def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
         """Send each worker its message, then gather the replies of those that got it."""
         sent, errors = [], []
-        for worker, message in enumerate(messages):
+        for worker, arguments in enumerate(args):
             try:
-                self._send(worker, message, doing)
+                self._send(worker, (method, arguments), doing)
                 sent.append(worker)
             except EnvWorkerError as error:
                 errors.append(error)
@@ -191,28 +172,9 @@ class SubprocVectorEnv(VectorEnv):
             raise errors[0]
         return replies
 
-    def _split(self, values: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.split(values, self.shard_sizes))
-
-    def init_states(self, task_id: int) -> torch.Tensor:
-        if task_id not in self._init_states:
-            self._send(0, ("init_states", task_id), "reading init states")
-            self._init_states[task_id] = self._receive(0, "reading init states")
-        return self._init_states[task_id].clone()
-
-    def task_name(self, task_id: int) -> str:
-        return self._task_names[task_id]
-
-    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
-        if init_states.shape[0] != self.num_envs:
-            raise ValueError(f"init_states must have {self.num_envs} rows")
-        shards = self._split(init_states)
-        return torch.cat(self._call([("reset", (task_id, s)) for s in shards], "resetting"))
-
-    def step(self, actions: torch.Tensor) -> EnvStep:
-        if actions.shape[0] != self.num_envs:
-            raise ValueError(f"actions must have {self.num_envs} rows")
-        return concat_steps(self._call([("step", s) for s in self._split(actions)], "stepping"))
+    def _call_first(self, method: str, args: tuple, doing: str) -> Any:
+        self._send(0, (method, args), doing)
+        return self._receive(0, doing)
 
     def close(self) -> None:
         if self._closed:

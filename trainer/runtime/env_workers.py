@@ -1,9 +1,10 @@
 """Env workers as placed Ray actors: the `env` processes of a run's placement plan, each
 owning a shard of one actor rank's env copies.
 
-A rank's rollout sees its workers as one `VectorEnv` (`PlacedVectorEnv`): an action
-batch is split by shard, every worker gets its shard at once, the replies are gathered
-within a deadline and joined in shard order. The rollout loop, the plan cache and the
+A rank's rollout sees its workers as one `VectorEnv` (`PlacedVectorEnv`, a
+`ShardedVectorEnv`: an action batch is split by shard, every worker gets its shard at
+once, the replies are joined in shard order); this module is the transport, replies
+gathered within a deadline. The rollout loop, the plan cache and the
 policy are the code a single process runs with its env in process; only the env is
 elsewhere. Observations travel through Ray's object store.
 
@@ -23,7 +24,8 @@ import torch
 from trainer.cluster.discovery import ranked_ray_nodes
 from trainer.config.env_shards import ENV, EnvShard, shard_sizes
 from trainer.envs.registry import make_vector_env
-from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
+from trainer.envs.sharded_vector_env import ShardedVectorEnv, env_facts
+from trainer.envs.vector_env import EnvStep, EnvWorkerError, concat_steps
 from trainer.runtime.ray_calls import answer, has_failed
 from trainer.runtime.ray_placement import actor_options
 from trainer.whereabouts import ProcessReport
@@ -41,13 +43,8 @@ class EnvWorker:
         self.rank = rank
 
     def describe(self, node_rank: int) -> dict[str, Any]:
-        env = self.env
         return {
-            "num_tasks": env.num_tasks,
-            "obs_shape": env.obs_shape,
-            "action_dim": env.action_dim,
-            "max_episode_steps": env.max_episode_steps,
-            "task_names": [env.task_name(task) for task in range(env.num_tasks)],
+            **env_facts(self.env),
             "where": ProcessReport.here(
                 ENV, self.rank, node_rank, ray.util.get_node_ip_address()
             ).to_json(),
@@ -71,7 +68,7 @@ def env_worker_args(env_name: str, options: dict[str, Any]):
     return lambda shard: (env_name, shard.num_envs, options, shard.process.process_rank)
 
 
-class PlacedVectorEnv(VectorEnv):
+class PlacedVectorEnv(ShardedVectorEnv):
     """A rank's env copies stepped by its placed env workers (see the module doc)."""
 
     def __init__(
@@ -90,13 +87,7 @@ class PlacedVectorEnv(VectorEnv):
         self.reports: list[ProcessReport | None] = [None] * len(workers)
         meta = self._call("describe", [(s.process.node_rank,) for s in self._shards], "starting")
         self.reports = [ProcessReport(**one["where"]) for one in meta]
-        first = meta[0]
-        self.num_tasks = first["num_tasks"]
-        self.obs_shape = tuple(first["obs_shape"])
-        self.action_dim = first["action_dim"]
-        self.max_episode_steps = first["max_episode_steps"]
-        self._task_names = first["task_names"]
-        self._init_states: dict[int, torch.Tensor] = {}
+        self._adopt(meta[0])
 
     def _describe(self, worker: int) -> str:
         process, report = self._shards[worker].process, self.reports[worker]
@@ -137,26 +128,8 @@ class PlacedVectorEnv(VectorEnv):
         }
         return self._gather(calls, doing)
 
-    def init_states(self, task_id: int) -> torch.Tensor:
-        if task_id not in self._init_states:
-            ref = self._handles[0].init_states.remote(task_id)
-            self._init_states[task_id] = self._gather({0: ref}, "reading init states")[0]
-        return self._init_states[task_id].clone()
-
-    def task_name(self, task_id: int) -> str:
-        return self._task_names[task_id]
-
-    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
-        if init_states.shape[0] != self.num_envs:
-            raise ValueError(f"init_states must have {self.num_envs} rows")
-        parts = torch.split(init_states, self.shard_sizes)
-        return torch.cat(self._call("reset", [(task_id, part) for part in parts], "resetting"))
-
-    def step(self, actions: torch.Tensor) -> EnvStep:
-        if actions.shape[0] != self.num_envs:
-            raise ValueError(f"actions must have {self.num_envs} rows")
-        parts = torch.split(actions, self.shard_sizes)
-        return concat_steps(self._call("step", [(part,) for part in parts], "stepping"))
+    def _call_first(self, method: str, args: tuple, doing: str) -> Any:
+        return self._gather({0: getattr(self._handles[0], method).remote(*args)}, doing)[0]
 
     # ----- pipeline stages: the workers in `stages` contiguous groups, stepped apart ----
     def stage_workers(self, stages: int) -> list[range]:

@@ -1,0 +1,73 @@
+"""One `VectorEnv` whose copies are split into shards, each stepped by a worker in its
+own process: an action batch is split by shard, every worker gets its part at once, the
+replies are joined in shard order, and each task's init states are read once.
+
+The transport is the only thing a subclass adds: a pipe to a subprocess
+(trainer.envs.subproc_vector_env) or a placed Ray actor (trainer.runtime.env_workers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
+
+
+def env_facts(env: VectorEnv) -> dict[str, Any]:
+    """What every worker's env says about itself, in the shape `ShardedVectorEnv`
+    adopts."""
+    return {
+        "num_tasks": env.num_tasks,
+        "obs_shape": env.obs_shape,
+        "action_dim": env.action_dim,
+        "max_episode_steps": env.max_episode_steps,
+        "task_names": [env.task_name(task) for task in range(env.num_tasks)],
+    }
+
+
+class ShardedVectorEnv(VectorEnv):
+    shard_sizes: list[int]
+
+    # ----- the transport ---------------------------------------------------------------
+    def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
+        """`method(*args[i])` on every worker i at once; the replies in worker order. A
+        worker that fails, dies or does not answer raises `EnvWorkerError` naming it."""
+        raise NotImplementedError
+
+    def _call_first(self, method: str, args: tuple, doing: str) -> Any:
+        """`method(*args)` on the first worker alone."""
+        raise NotImplementedError
+
+    # ----- the env -----------------------------------------------------------------
+    def _adopt(self, facts: dict[str, Any]) -> None:
+        """Take the first worker's `env_facts` as this env's."""
+        self.num_tasks = facts["num_tasks"]
+        self.obs_shape = tuple(facts["obs_shape"])
+        self.action_dim = facts["action_dim"]
+        self.max_episode_steps = facts["max_episode_steps"]
+        self._task_names = facts["task_names"]
+        self._init_states: dict[int, torch.Tensor] = {}
+
+    def init_states(self, task_id: int) -> torch.Tensor:
+        if task_id not in self._init_states:  # the same in every shard: read once
+            self._init_states[task_id] = self._call_first(
+                "init_states", (task_id,), "reading init states"
+            )
+        return self._init_states[task_id].clone()
+
+    def task_name(self, task_id: int) -> str:
+        return self._task_names[task_id]
+
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        if init_states.shape[0] != self.num_envs:
+            raise ValueError(f"init_states must have {self.num_envs} rows")
+        parts = torch.split(init_states, self.shard_sizes)
+        return torch.cat(self._call("reset", [(task_id, part) for part in parts], "resetting"))
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        if actions.shape[0] != self.num_envs:
+            raise ValueError(f"actions must have {self.num_envs} rows")
+        parts = torch.split(actions, self.shard_sizes)
+        return concat_steps(self._call("step", [(part,) for part in parts], "stepping"))
