@@ -66,7 +66,7 @@ def build():
     from django.utils import timezone
 
     from controlplane.experiments.services import create_experiment
-    from controlplane.runs import series
+    from controlplane.runs import metric_points, series
     from controlplane.runs.models import MetricKey, Run, RunState
 
     user = get_user_model().objects.create_superuser(f"bench-q-{os.getpid()}", password="x")
@@ -85,23 +85,23 @@ def build():
     keys = MetricKey.objects.bulk_create(
         MetricKey(run=run, name=series.OVERALL_SUCCESS_KEY) for run in runs
     )
-    series.copy_points([(key.pk, 1, (i % 100) / 100, 1.7e9) for i, key in enumerate(keys)])
+    metric_points.copy_points([(key.pk, 1, (i % 100) / 100, 1.7e9) for i, key in enumerate(keys)])
     rng = random.Random(0)
     big, counted = runs[0], runs[1]
-    ids = series.key_ids(big.pk, KEYS)
+    ids = metric_points.key_ids(big.pk, KEYS)
     rows = [
         (ids[name], step, float(step * 512) if name == "charts/env_steps" else rng.random(),
          1.7e9 + step)
         for step in range(STEPS) for name in KEYS
     ]  # fmt: skip
-    ids = series.key_ids(counted.pk, [*count_keys(), "charts/env_steps"])
+    ids = metric_points.key_ids(counted.pk, [*count_keys(), "charts/env_steps"])
     for step in range(COUNT_STEPS):
         for name in count_keys():
             episodes = 16.0
             value = episodes if name.endswith("episodes") else float(rng.randint(0, 16))
             rows.append((ids[name], step, value, 1.7e9 + step))
     for start in range(0, len(rows), 50_000):
-        series.copy_points(rows[start : start + 50_000])
+        metric_points.copy_points(rows[start : start + 50_000])
     return user, experiment, big, counted
 
 

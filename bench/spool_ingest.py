@@ -134,8 +134,8 @@ def copy_floor(experiment, iterations: int, values: int) -> float:
     them cannot go below), for context."""
     from django.db import transaction
 
+    from controlplane.runs.metric_points import copy_points, point_rows
     from controlplane.runs.models import Run
-    from controlplane.runs.series import copy_points, point_rows
 
     run = Run.objects.create(
         experiment=experiment, revision=experiment.latest_revision, config_yaml="{}\n"

@@ -126,10 +126,10 @@ def bare_copy(experiment, user, steps: int, keys: int) -> float:
     """Points/s of one COPY of the same rows (key rows made beforehand) in one transaction."""
     from django.db import connection, transaction
 
-    from controlplane.runs import series
+    from controlplane.runs import metric_points
 
     run = new_run(experiment, user)
-    ids = series.key_ids(run.pk, step_values(keys, 0))
+    ids = metric_points.key_ids(run.pk, step_values(keys, 0))
     rows = [
         (ids[name], step, value, 1.7e9 + step)
         for step in range(steps)

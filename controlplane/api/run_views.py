@@ -23,7 +23,7 @@ from controlplane.api.serializers import (
 )
 from controlplane.experiments.models import Experiment
 from controlplane.inventory.models import Cluster
-from controlplane.runs import artifacts, dispatch
+from controlplane.runs import artifacts, dispatch, run_events, success_rates
 from controlplane.runs import series as metric_series
 from controlplane.runs.cancellation import request_cancel
 from controlplane.runs.eval_tables import evaluations_of, table_of
@@ -31,6 +31,7 @@ from controlplane.runs.evaluations import EvalRequest, EvaluationRefused, reques
 from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run
+from controlplane.runs.query_params import QueryError
 from controlplane.runs.ray_jobs import RayJobsError
 from controlplane.runs.selectors import (
     ORDERINGS,
@@ -51,7 +52,7 @@ class RunPagination(PageNumberPagination):
     max_page_size = 200
 
 
-EVENTS_LIMIT = f"at most {metric_series.MAX_PAGE} (default {metric_series.DEFAULT_PAGE})"
+EVENTS_LIMIT = f"at most {run_events.MAX_PAGE} (default {run_events.DEFAULT_PAGE})"
 POINTS_LIMIT = (
     f"at most {metric_series.MAX_POINTS_PAGE} (default {metric_series.DEFAULT_POINTS_PAGE})"
 )
@@ -221,7 +222,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         """The run's events, oldest first, a page at a time: `next_after` is the cursor
         for the next page (null on the last)."""
         run = self.get_object()
-        return _answer(lambda: metric_series.events_page(run.pk, request.query_params))
+        return _answer(lambda: run_events.events_page(run.pk, request.query_params))
 
     @extend_schema(parameters=[
         OpenApiParameter("key", str, description="one key's points; without it, each key's latest"),
@@ -264,7 +265,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         """Overall, per-horizon and per-task success from summed counts, and each
         task's latest iteration."""
         run = self.get_object()
-        return _answer(lambda: metric_series.success_request(run.pk, request.query_params))
+        return _answer(lambda: success_rates.success_request(run.pk, request.query_params))
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -278,5 +279,5 @@ def _answer(compute) -> Response:
     """The computed answer, or a 400 naming what is wrong with the request."""
     try:
         return Response(compute())
-    except metric_series.SeriesQueryError as error:
+    except QueryError as error:
         return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)

@@ -14,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.realtime.groups import RUNS_LIST, run_group
+from controlplane.runs.metric_points import copy_points, point_rows
 from controlplane.runs.models import (
     ACTIVE_STATES,
     MetricPoint,
@@ -22,7 +23,6 @@ from controlplane.runs.models import (
     RunState,
     TelemetryBatch,
 )
-from controlplane.runs.series import copy_points, point_rows
 from controlplane.runs.state import try_transition
 from controlplane.runs.tokens import read_run_token
 from trainer.link import protocol

@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 from controlplane.experiments.models import Experiment
 from controlplane.experiments.services import create_experiment
 from controlplane.inventory.services import import_cluster_yaml
-from controlplane.runs import series
+from controlplane.runs import metric_points
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run
 
@@ -134,7 +134,7 @@ def test_runs_list_page_filters_sorts_pages_and_offers_compare(operator):
     runs = [launch_run(experiment, user=operator.user, tags=["odd"] if i % 2 else [])[0]
             for i in range(30)]  # fmt: skip
     for i, run in enumerate(runs):
-        series.store_points(run.pk, 1, 1.7e9, {"rollout/success_rate": i / 100})
+        metric_points.store_points(run.pk, 1, 1.7e9, {"rollout/success_rate": i / 100})
     best = operator.get("/runs/?ordering=-success").content.decode()
     assert best.index(f'id="run-row-{runs[29].pk}"') < best.index(f'id="run-row-{runs[28].pk}"')
     assert f'id="run-row-{runs[0].pk}"' not in best  # on page 2 (25 a page)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.experiments.services import create_experiment
-from controlplane.runs import series
+from controlplane.runs import metric_points, series
 from controlplane.runs.models import MetricKey, MetricPoint, Run, RunState
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
@@ -54,7 +54,9 @@ def big(django_db_setup, django_db_blocker):
         keys = MetricKey.objects.bulk_create(
             MetricKey(run=run, name=series.OVERALL_SUCCESS_KEY) for run in runs
         )
-        series.copy_points([(key.pk, 1, (i % 100) / 100, 1.7e9) for i, key in enumerate(keys)])
+        metric_points.copy_points(
+            [(key.pk, 1, (i % 100) / 100, 1.7e9) for i, key in enumerate(keys)]
+        )
         big_run = runs[0]
         big_keys = {
             name: MetricKey.objects.get_or_create(run=big_run, name=name)[0].pk for name in BIG_KEYS
@@ -71,7 +73,7 @@ def big(django_db_setup, django_db_blocker):
                     value = rng.random()
                 rows.append((key_id, step, value, 1.7e9 + step))
         for start in range(0, len(rows), 20_000):
-            series.copy_points(rows[start : start + 20_000])
+            metric_points.copy_points(rows[start : start + 20_000])
         yield big_run
         MetricPoint.objects.filter(key__run__experiment=experiment).delete()
         Run.objects.filter(experiment=experiment).delete()
@@ -206,7 +208,9 @@ def counted_run(big):
                 values[f"{prefix}successes"] += won
                 values[f"{prefix}episodes"] += total
         rate = values["counts/successes"] / values["counts/episodes"]
-        series.store_points(run.pk, step, 1.7e9 + step, {**values, "rollout/success_rate": rate})
+        metric_points.store_points(
+            run.pk, step, 1.7e9 + step, {**values, "rollout/success_rate": rate}
+        )
     return run
 
 
@@ -238,7 +242,7 @@ def test_success_rates_come_from_summed_counts(api, counted_run):
 def test_older_runs_without_counts_fall_back_to_rates(api, big):
     run = Run.objects.create(experiment=big.experiment, revision=big.revision, config_yaml=CONFIG)
     for step in (1, 2):
-        series.store_points(run.pk, step, 1.7e9, {
+        metric_points.store_points(run.pk, step, 1.7e9, {
             "rollout/success_rate": step / 4, "rollout/plan_success_rate_h5": step / 8,
             "rollout/success_rate_task_3": step / 2, "losses/value_loss": 1.0,
         })  # fmt: skip
@@ -257,12 +261,12 @@ def test_sparse_keys_keep_every_point_and_a_step_stored_twice_gives_one_last():
     run = Run.objects.create(
         experiment=experiment, revision=experiment.latest_revision, config_yaml=CONFIG
     )
-    ids = series.key_ids(run.pk, ["dense", "sparse", "resumed"])
+    ids = metric_points.key_ids(run.pk, ["dense", "sparse", "resumed"])
     rows = [(ids["dense"], step, float(step), 1.7e9 + step) for step in range(3000)]
     rows += [(ids["sparse"], step, float(step), 1.7e9) for step in (0, 1, 2, 2999)]
     rows += [(ids["resumed"], step, 1.0, 1.7e9) for step in range(11)]
-    series.copy_points(rows)
-    series.copy_points([(ids["resumed"], 10, 2.0, 1.8e9)])  # a resumed attempt's step 10
+    metric_points.copy_points(rows)
+    metric_points.copy_points([(ids["resumed"], 10, 2.0, 1.8e9)])  # a resumed attempt's step 10
     answer = series.series(run.pk, ["dense", "sparse", "resumed"], buckets=100)
     dense, sparse, resumed = (answer["series"][k] for k in ("dense", "sparse", "resumed"))
     assert len(dense["x"]) == 100 and sum(dense["count"]) == 3000
