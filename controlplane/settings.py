@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     "rest_framework",
+    "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "controlplane.core",

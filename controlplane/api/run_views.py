@@ -3,6 +3,7 @@ logs, events, metrics and the run's files."""
 
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -12,6 +13,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.experiment_views import config_problems
+from controlplane.api.query_serializers import (
+    BucketsQuery,
+    EventsQuery,
+    PointsQuery,
+    SeriesQuery,
+    read_query,
+)
 from controlplane.api.renderers import SERIES_RENDERERS
 from controlplane.api.serializers import (
     ArtifactSerializer,
@@ -31,16 +39,9 @@ from controlplane.runs.evaluations import EvalRequest, EvaluationRefused, reques
 from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run
-from controlplane.runs.query_params import QueryError
 from controlplane.runs.ray_jobs import RayJobsError
-from controlplane.runs.selectors import (
-    ORDERINGS,
-    RunFilterError,
-    RunFilters,
-    job_logs,
-    runs_list,
-    with_figures,
-)
+from controlplane.runs.run_filters import RunFilterSet
+from controlplane.runs.selectors import job_logs, listed_runs, with_figures
 from trainer.config.errors import ConfigError
 
 MAX_IDEMPOTENCY_KEY = 200
@@ -52,39 +53,17 @@ class RunPagination(PageNumberPagination):
     max_page_size = 200
 
 
-EVENTS_LIMIT = f"at most {run_events.MAX_PAGE} (default {run_events.DEFAULT_PAGE})"
-POINTS_LIMIT = (
-    f"at most {metric_series.MAX_POINTS_PAGE} (default {metric_series.DEFAULT_POINTS_PAGE})"
-)
-BUCKETS = f"at most {metric_series.MAX_BUCKETS} (default {metric_series.DEFAULT_BUCKETS})"
-RUN_LIST_PARAMETERS = [
-    OpenApiParameter("state", str, description="only runs in this state"),
-    OpenApiParameter("experiment", str, description="only runs of this experiment (name)"),
-    OpenApiParameter("tag", str, description="only runs with this tag"),
-    OpenApiParameter("creator", str, description="only runs launched by this username"),
-    OpenApiParameter("kind", str, enum=["train", "eval"], description="only runs of this kind"),
-    OpenApiParameter("ordering", str, enum=ORDERINGS, description="default -created"),
-    OpenApiParameter("page_size", int, description="at most 200 (default 50)"),
-]
-
-
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = RunSerializer
 
     pagination_class = RunPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RunFilterSet
 
     def get_queryset(self):
         if self.action != "list":
             return with_figures(Run.objects.select_related("experiment", "revision", "cluster"))
-        try:
-            filters = RunFilters.from_params(self.request.query_params)
-        except RunFilterError as error:
-            raise ValidationError(error.problems) from None
-        return runs_list(filters).select_related("cluster")
-
-    @extend_schema(parameters=RUN_LIST_PARAMETERS)
-    def list(self, request: Request, *args, **kwargs) -> Response:
-        return super().list(request, *args, **kwargs)
+        return listed_runs().select_related("cluster")
 
     @extend_schema(
         request=RunCreateSerializer,
@@ -213,59 +192,50 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise Http404(f"run {pk} has no file {path!r}") from None
         return FileResponse(found, as_attachment=True, filename=path.rpartition("/")[2])
 
-    @extend_schema(parameters=[
-        OpenApiParameter("after", int, description="events after this id (the cursor)"),
-        OpenApiParameter("limit", int, description=EVENTS_LIMIT),
-    ])  # fmt: skip
+    @extend_schema(parameters=[EventsQuery])
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:
         """The run's events, oldest first, a page at a time: `next_after` is the cursor
         for the next page (null on the last)."""
         run = self.get_object()
-        return _answer(lambda: run_events.events_page(run.pk, request.query_params))
+        query = read_query(EventsQuery, request)
+        return Response(run_events.events_page(run.pk, query["after"], query["limit"]))
 
-    @extend_schema(parameters=[
-        OpenApiParameter("key", str, description="one key's points; without it, each key's latest"),
-        OpenApiParameter("after", int, description="points after this step (the cursor)"),
-        OpenApiParameter("limit", int, description=POINTS_LIMIT),
-    ])  # fmt: skip
+    @extend_schema(parameters=[PointsQuery])
     @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def metrics(self, request: Request, pk: str) -> Response:
         """With `key`: its raw points by step, a page at a time (`next_after` is the
         cursor). Without: `{"latest": {key: {step, value, wall_time}}}`."""
         run = self.get_object()
-        key = request.query_params.get("key")
-        if not key:
+        query = read_query(PointsQuery, request)
+        if not query.get("key"):
             return Response({"latest": metric_series.latest(run.pk)["values"]})
-        return _answer(lambda: metric_series.points_page(run.pk, key, request.query_params))
+        page = metric_series.points_page(run.pk, query["key"], query["after"], query["limit"])
+        return Response(page)
 
-    @extend_schema(parameters=[
-        OpenApiParameter("keys", str, required=True, description="k1,k2,prefix/*"),
-        OpenApiParameter("x", str, enum=metric_series.X_AXES, description="default step"),
-        OpenApiParameter("start", int, description="first step (inclusive)"),
-        OpenApiParameter("end", int, description="last step (inclusive)"),
-        OpenApiParameter("buckets", int, description=BUCKETS),
-    ])  # fmt: skip
+    @extend_schema(parameters=[SeriesQuery])
     @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def series(self, request: Request, pk: str) -> Response:
         """Keys downsampled on the server into buckets with min/max/mean/last/count."""
         run = self.get_object()
-        return _answer(lambda: metric_series.series_request(run.pk, request.query_params))
+        query = read_query(SeriesQuery, request)
+        return Response(metric_series.series(
+            run.pk, query["keys"], x=query["x"], steps=query["steps"], buckets=query["buckets"]
+        ))  # fmt: skip
 
     @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def latest(self, request: Request, pk: str) -> Response:
         """Every key's value at its highest step."""
         return Response(metric_series.latest(self.get_object().pk))
 
-    @extend_schema(parameters=[
-        OpenApiParameter("buckets", int, description=BUCKETS),
-    ])  # fmt: skip
+    @extend_schema(parameters=[BucketsQuery])
     @action(detail=True, methods=["get"], renderer_classes=SERIES_RENDERERS)
     def success(self, request: Request, pk: str) -> Response:
         """Overall, per-horizon and per-task success from summed counts, and each
         task's latest iteration."""
         run = self.get_object()
-        return _answer(lambda: success_rates.success_request(run.pk, request.query_params))
+        buckets = read_query(BucketsQuery, request)["buckets"]
+        return Response(success_rates.success(run.pk, buckets))
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -273,11 +243,3 @@ def _idempotency_key(request: Request) -> str | None:
     if key and len(key) > MAX_IDEMPOTENCY_KEY:
         raise ValidationError({"Idempotency-Key": f"At most {MAX_IDEMPOTENCY_KEY} characters."})
     return key
-
-
-def _answer(compute) -> Response:
-    """The computed answer, or a 400 naming what is wrong with the request."""
-    try:
-        return Response(compute())
-    except QueryError as error:
-        return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)

@@ -8,7 +8,6 @@ SQL queries whatever the run's size: bucketing happens in the database, not in P
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.db import connection
@@ -16,7 +15,6 @@ from django.db import connection
 from controlplane.runs.metric_points import KEYS_TABLE as _KEYS
 from controlplane.runs.metric_points import POINTS_TABLE as _POINTS
 from controlplane.runs.models import MetricKey, MetricPoint
-from controlplane.runs.query_params import QueryError, parse_int
 
 DEFAULT_BUCKETS = 1000
 MAX_BUCKETS = 5000
@@ -24,6 +22,10 @@ X_AXES = ("step", "env_steps", "wall_time")
 ENV_STEPS_KEY = "charts/env_steps"
 OVERALL_SUCCESS_KEY = "rollout/success_rate"
 DEFAULT_POINTS_PAGE, MAX_POINTS_PAGE = 1000, 10000
+
+
+class QueryError(ValueError):
+    """A read these functions cannot answer; the message names the parameter."""
 
 
 # --- Choosing keys -----------------------------------------------------------------------
@@ -259,28 +261,12 @@ def latest(run_id: int) -> dict:
     return {"step": step, "values": values}
 
 
-# --- Requests (query parameters → answers) ------------------------------------------------
+# --- Raw points ----------------------------------------------------------------------------
 
 
-def series_request(run_id: int, params: Mapping[str, str]) -> dict:
-    start = parse_int(params, "start")
-    end = parse_int(params, "end")
-    if start is not None and end is not None and start > end:
-        raise QueryError(f"start ({start}) is after end ({end}).")
-    return series(
-        run_id,
-        parse_keys(params.get("keys")),
-        x=params.get("x") or "step",
-        steps=StepRange(start, end),
-        buckets=parse_int(params, "buckets", DEFAULT_BUCKETS, low=1, high=MAX_BUCKETS),
-    )
-
-
-def points_page(run_id: int, key: str, params: Mapping[str, str]) -> dict:
+def points_page(run_id: int, key: str, after: int = -1, limit: int = DEFAULT_POINTS_PAGE) -> dict:
     """One key's raw points by step after the `after` step, at most `limit` of them;
     `next_after` is the cursor for the next page (null on the last)."""
-    after = parse_int(params, "after", -1, low=-1)
-    limit = parse_int(params, "limit", DEFAULT_POINTS_PAGE, low=1, high=MAX_POINTS_PAGE)
     points = list(
         MetricPoint.objects.filter(key__run_id=run_id, key__name=key, step__gt=after)
         .order_by("step", "pk")

@@ -7,16 +7,13 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
 
 from django.db import connection
 
 from controlplane.runs.metric_points import KEYS_TABLE as _KEYS
 from controlplane.runs.metric_points import POINTS_TABLE as _POINTS
-from controlplane.runs.query_params import parse_int
 from controlplane.runs.series import (
     DEFAULT_BUCKETS,
-    MAX_BUCKETS,
     OVERALL_SUCCESS_KEY,
     StepRange,
     key_extents,
@@ -228,7 +225,3 @@ def _success_from_rates(rated: dict) -> dict:
 def _natural(text: str) -> tuple:
     """Task ids sort as numbers when they are numbers (2 before 10)."""
     return (0, int(text), "") if text.isdigit() else (1, 0, text)
-
-
-def success_request(run_id: int, params: Mapping[str, str]) -> dict:
-    return success(run_id, parse_int(params, "buckets", DEFAULT_BUCKETS, low=1, high=MAX_BUCKETS))

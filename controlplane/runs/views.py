@@ -15,6 +15,7 @@ from controlplane.runs.forms import EvaluateForm
 from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.models import Run, RunKind, RunState
 from controlplane.runs.ray_jobs import RayJobsError
+from controlplane.runs.run_filters import RunFilterSet, chosen, problems
 from controlplane.runs.run_page import (
     BadRunIds,
     ConfigError,
@@ -27,7 +28,7 @@ from controlplane.runs.run_page import (
     seen_fragments,
     template_names,
 )
-from controlplane.runs.selectors import RunFilterError, RunFilters, job_logs, runs_list
+from controlplane.runs.selectors import job_logs, listed_runs
 
 PAGE_SIZE = 25
 LOG_TAIL_LINES = 200
@@ -43,12 +44,13 @@ ORDERING_LABELS = {
 
 @guarded
 def run_list(request: HttpRequest) -> HttpResponse:
-    """The runs list: the API's filters and orderings (runs.selectors), page numbers."""
-    try:
-        filters, problem = RunFilters.from_params(request.GET), ""
-    except RunFilterError as error:
-        filters, problem = RunFilters(), str(error)
-    page = Paginator(runs_list(filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    """The runs list: the API's filters and orderings (runs.run_filters), page numbers."""
+    filterset = RunFilterSet(request.GET, queryset=listed_runs())
+    wrong = problems(filterset)
+    if wrong:  # the newest runs, and what was wrong
+        filterset = RunFilterSet({}, queryset=listed_runs())
+    problem = "; ".join(f"{name}: {text}" for name, text in wrong.items())
+    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -58,7 +60,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "page": page,
             "page_numbers": page.paginator.get_elided_page_range(page.number),
             "query": query.urlencode(),
-            "filters": filters,
+            "filters": chosen(filterset),
             "problem": problem,
             "states": RunState.values,
             "kinds": RunKind.values,
