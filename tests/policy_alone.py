@@ -18,7 +18,7 @@ def success_alone(runner: RLPDRunner) -> float:
         obs = env.reset(task_id, states[index])
         running = torch.ones(env.num_envs, dtype=torch.bool)
         while bool(running.any()):
-            step = env.step(runner.learner.actor.act(obs, deterministic=True))
+            step = env.step(runner.algorithm.learner.actor.act(obs, deterministic=True))
             successes += int((running & step.success).sum())
             running &= ~step.done
             obs = step.obs

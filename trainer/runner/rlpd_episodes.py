@@ -39,10 +39,6 @@ class EpisodeStats:
         )  # fmt: skip
 
 
-def random_actions(count: int, action_dim: int, generator: torch.Generator) -> torch.Tensor:
-    return torch.rand(count, action_dim, generator=generator) * 2 - 1
-
-
 def run_episodes(
     env: VectorEnv,
     task_id: int,

@@ -1,6 +1,7 @@
-"""RLPD's loop (seed 004): the env copies act with the latest actor, every transition
+"""RLPD's runs (seed 004): the env copies act with the latest actor, every transition
 goes into the online buffer (and a human's into the demo buffer too), and the learner
-updates on 50/50 batches as the copies step. The copies step in this process, or in
+updates on 50/50 batches as the copies step (the algorithm and its data:
+trainer.algorithms.rlpd_algorithm). The copies step in this process, or in
 placed env workers that stream their transitions here and act with the weights this
 learner publishes (trainer.runtime.rlpd_split); the rest is the same code.
 
@@ -27,11 +28,12 @@ from typing import Any, Protocol
 import torch
 
 from trainer.algorithms.metrics import rates_from_counts
-from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
+from trainer.algorithms.rlpd import RLPDSettings
+from trainer.algorithms.rlpd_algorithm import RLPDAlgorithm
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
-from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
+from trainer.data.replay import compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
@@ -46,7 +48,7 @@ from trainer.runner.checkpoints import (
 )
 from trainer.runner.interventions import close_env, with_interventions
 from trainer.runner.loop import CheckpointCallback, MetricsCallback, TrainingLoop
-from trainer.runner.rlpd_episodes import EpisodeStats, random_actions, run_episodes
+from trainer.runner.rlpd_episodes import EpisodeStats, run_episodes
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ def build_env(config: ExperimentConfig, link: Link | None = None) -> VectorEnv:
 
 class Collector(Protocol):
     """Where RLPD's env copies step: what their envs are, and one episode of every copy
-    whose transitions reach `runner.take_step` as they are made."""
+    whose transitions reach `algorithm.take_step` as they are made."""
 
     obs_shape: tuple[int, ...]
     action_dim: int
@@ -92,7 +94,9 @@ class Collector(Protocol):
 
     def init_state_count(self, task_id: int) -> int: ...
 
-    def collect(self, task_id: int, indices: torch.Tensor, runner: RLPDRunner) -> EpisodeStats: ...
+    def collect(
+        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
+    ) -> EpisodeStats: ...
 
     def close(self) -> None: ...
 
@@ -110,9 +114,11 @@ class LocalEpisodes:
     def init_state_count(self, task_id: int) -> int:
         return int(self.env.init_states(task_id).shape[0])
 
-    def collect(self, task_id: int, indices: torch.Tensor, runner: RLPDRunner) -> EpisodeStats:
+    def collect(
+        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
+    ) -> EpisodeStats:
         states = self.env.init_states(task_id)[indices]
-        return run_episodes(self.env, task_id, states, runner.act, runner.take_step)
+        return run_episodes(self.env, task_id, states, algorithm.act, algorithm.take_step)
 
     def close(self) -> None:
         close_env(self.env)
@@ -133,7 +139,6 @@ class RLPDRunner(TrainingLoop):
         None: in this process. `link`: the run's link, which the operator console's
         commands arrive by."""
         super().__init__(config, output_dir, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
-        r = config.algorithm.rlpd
         # The env of this process's copies (None when they are placed).
         self.env = build_env(config, link) if actors is None else None
         self.collector: Collector = actors if actors is not None else LocalEpisodes(self.env)
@@ -142,24 +147,18 @@ class RLPDRunner(TrainingLoop):
         self.num_envs, self.num_tasks = envs.num_envs, envs.num_tasks
         try:  # a config the env refuses must not leave its worker processes behind
             task_ids = self._task_ids()
-            self.learner = RLPDLearner(self.obs_shape, self.action_dim, rlpd_settings(config))
-            self.online = ReplayBuffer(r.online_capacity)
-            self.demo = ReplayBuffer(r.demo_capacity)
+            self.algorithm = RLPDAlgorithm(
+                self.obs_shape, self.action_dim, rlpd_settings(config), config.algorithm.rlpd,
+                self.num_envs, self.generator,
+            )  # fmt: skip
             self.demos_loaded = self._load_demos()
         except BaseException:
             self.close()
             raise
-        self.sampler = MixedSampler(
-            self.online, self.demo, r.batch_size, r.demo_fraction, r.training_starts
-        )
         self.task_cursor = TaskCursor(task_ids)
         self.init_states = InitStateSampler(
             {task: envs.init_state_count(task) for task in task_ids}
         )
-        self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
-        self._online_only = False  # the last state of the sampler the log was told
-        self.update_metrics: list[dict[str, float]] = []
-        self.update_seconds = 0.0
         self.buffer_dir = self.output_dir / "buffers"
 
     def _task_ids(self) -> list[int]:
@@ -196,64 +195,19 @@ class RLPDRunner(TrainingLoop):
                 )
         for name in ("obs", "next_obs"):
             demos[name] = compact_images(demos[name])
-        self.demo.add(demos)
+        self.algorithm.demo.add(demos)
         return int(demos["obs"].shape[0])
 
     # ----- one iteration -----------------------------------------------------------
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """The copies' actions in this process: random while exploring, else the actor's."""
-        if self.exploring():
-            return random_actions(obs.shape[0], self.action_dim, self.generator)
-        return self.learner.actor.act(obs)
-
-    def exploring(self) -> bool:
-        """Uniformly random actions until `training_starts` online transitions."""
-        return len(self.online) < self.config.algorithm.rlpd.training_starts
-
-    def take_step(self, rows: dict[str, torch.Tensor]) -> None:
-        """One env step's transitions (of the copies still in their episode) into the
-        buffers, then the update rounds they pay for: `updates_per_step` rounds per
-        `num_envs` stored transitions, so the update-to-data ratio is per transition, as
-        RLPD defines it, however many copies are still stepping."""
-        add_transitions(self.online, self.demo, rows)
-        if not self.sampler.ready():
-            self.owed_updates = 0.0
-            return
-        self._note_demo_share()
-        stored = int(rows["reward"].shape[0])
-        self.owed_updates += self.config.algorithm.rlpd.updates_per_step * stored / self.num_envs
-        started = time.monotonic()
-        while self.owed_updates > 1 - 1e-9:
-            self.update_metrics.append(self.learner.update(self._sample))
-            self.owed_updates -= 1
-        self.update_seconds += time.monotonic() - started
-
-    def _note_demo_share(self) -> None:
-        """Say in the log when updates draw from the online buffer alone for want of
-        demo data, and when demo data arrives."""
-        online_only = self.sampler.online_only
-        if online_only == self._online_only:
-            return
-        self._online_only = online_only
-        if online_only:
-            log.warning(
-                "rlpd: the demo buffer is empty (no algorithm.rlpd.demos, no intervention "
-                "yet): updates draw whole batches from the online buffer until demo data "
-                "arrives (rlpd/demo_share 0)"
-            )
-        else:
-            log.info(
-                "rlpd: demo data arrived: batches draw %.0f%% from the demo buffer",
-                100 * self.sampler.demo_share,
-            )
-
     def train_iteration(self) -> dict[str, float]:
         task_id = self.task_cursor.current()
         indices = self.init_states.take(task_id, self.num_envs)
-        self.update_metrics, self.update_seconds, started = [], 0.0, time.monotonic()
-        stats = self.collector.collect(task_id, indices, self)
+        algorithm = self.algorithm
+        algorithm.start_iteration()
+        started = time.monotonic()
+        stats = self.collector.collect(task_id, indices, algorithm)
         elapsed = time.monotonic() - started
-        update_metrics, update_seconds = self.update_metrics, self.update_seconds
+        update_metrics, update_seconds = algorithm.update_metrics, algorithm.update_seconds
         stepping_aside = 0.0 if self.collector.steps_while_updating else update_seconds
         copies, success = self.num_envs, stats.success
         env_steps = int(stats.lengths.sum())
@@ -272,7 +226,7 @@ class RLPDRunner(TrainingLoop):
         metrics["rlpd/utd"] = (
             len(update_metrics) * self.config.algorithm.rlpd.cta_ratio / max(env_steps, 1)
         )
-        metrics["rlpd/demo_share"] = self.sampler.demo_share
+        metrics["rlpd/demo_share"] = algorithm.sampler.demo_share
         intervened = stats.intervened_steps > 0
         unassisted = ~intervened & (stats.held_steps == 0)
         if bool(unassisted.any()):  # what the policy achieved on its own
@@ -286,9 +240,9 @@ class RLPDRunner(TrainingLoop):
                 "interventions/steps": float(stats.intervened_steps.sum()),
                 "interventions/rate": float(stats.intervened_steps.sum()) / max(env_steps, 1),
                 "interventions/held_steps": float(stats.held_steps.sum()),
-                "buffers/online": float(len(self.online)),
-                "buffers/demo": float(len(self.demo)),
-                "rlpd/updates": float(self.learner.updates),
+                "buffers/online": float(len(algorithm.online)),
+                "buffers/demo": float(len(algorithm.demo)),
+                "rlpd/updates": float(algorithm.learner.updates),
                 "charts/update_rate": len(update_metrics)
                 * self.config.algorithm.rlpd.cta_ratio
                 / max(update_seconds, 1e-9),
@@ -299,11 +253,6 @@ class RLPDRunner(TrainingLoop):
             }
         )
         return metrics
-
-    def _sample(self) -> dict[str, torch.Tensor]:
-        batch = self.sampler.sample(self.generator)
-        batch.pop("from_demo")
-        return batch
 
     def close(self) -> None:
         self.collector.close()
@@ -319,11 +268,11 @@ class RLPDRunner(TrainingLoop):
     def state_dict(self) -> dict[str, Any]:
         return {
             "iteration": self.iteration,
-            "learner": self.learner.state_dict(),
+            "learner": self.algorithm.learner.state_dict(),
             "total_env_steps": self.total_env_steps,
             # What the stored transitions paid for beyond whole rounds: a resumed run
             # makes its next round when the uninterrupted one would.
-            "owed_updates": self.owed_updates,
+            "owed_updates": self.algorithm.owed_updates,
             "task_cursor": self.task_cursor.position,
             "init_states": self.init_states.state_dict(),
             "torch_rng": torch.get_rng_state(),
@@ -336,26 +285,23 @@ class RLPDRunner(TrainingLoop):
         every = self.config.algorithm.rlpd.buffer_snapshot_every
         if not (final or every == 0 or self.iteration % every == 0):
             return
-        state = {"online": self.online.state_dict(), "demo": self.demo.state_dict()}
-        path = save_checkpoint(self.buffer_dir, self.iteration, state)
+        path = save_checkpoint(self.buffer_dir, self.iteration, self.algorithm.buffers_state())
         for older in self.buffer_dir.glob("iter_*.pt"):  # one snapshot is enough
             if older != path:
                 older.unlink()
 
     def load_state(self, state: dict[str, Any], path: Path) -> None:
         self.iteration = state["iteration"]
-        self.learner.load_state_dict(state["learner"])
+        self.algorithm.learner.load_state_dict(state["learner"])
         self.total_env_steps = state["total_env_steps"]
-        self.owed_updates = state.get("owed_updates", 0.0)  # 0 in older checkpoints
+        self.algorithm.owed_updates = state.get("owed_updates", 0.0)  # 0 in older checkpoints
         self.task_cursor.position = state["task_cursor"]
         self.init_states.load_state_dict(state["init_states"])
         torch.set_rng_state(state["torch_rng"])
         self.generator.set_state(state["sampling_rng"])
         buffers = latest_checkpoint(self.buffer_dir)
         if buffers is not None:
-            saved = load_checkpoint(buffers)
-            self.online.load_state_dict(saved["online"])
-            self.demo.load_state_dict(saved["demo"])
+            self.algorithm.load_buffers(load_checkpoint(buffers))
             if buffers != checkpoint_path(self.buffer_dir, self.iteration):
                 log.warning("resumed iteration %d with the buffers of %s", self.iteration, buffers)
 

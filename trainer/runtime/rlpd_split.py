@@ -33,11 +33,12 @@ import torch
 from ray.util.queue import Full, Queue
 
 from trainer.algorithms.rlpd import TanhGaussianActor
+from trainer.algorithms.rlpd_algorithm import RLPDAlgorithm, random_actions
 from trainer.cluster import Plan
 from trainer.config.env_shards import ENV, ROLLOUT, shard_sizes
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
-from trainer.runner.rlpd_episodes import EpisodeStats, random_actions, run_episodes
+from trainer.runner.rlpd_episodes import EpisodeStats, run_episodes
 from trainer.runtime.distributed_run import (
     ACTOR,
     DistributedResult,
@@ -221,12 +222,14 @@ class RLPDActors:
         where = self.where[worker]
         return f"env worker {worker} on node {where.node_rank} (pid {where.pid})"
 
-    def collect(self, task_id: int, indices: torch.Tensor, runner: RLPDRunner) -> EpisodeStats:
+    def collect(
+        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
+    ) -> EpisodeStats:
         """Every worker runs one episode of `task_id` on its share of `indices` (acting
-        at random while the runner explores); the transitions go into `runner`'s
+        at random while the algorithm explores); the transitions go into `algorithm`'s
         buffers and pay for its updates as they come."""
-        explore = runner.exploring()
-        self.publish(runner, force=True)
+        explore = algorithm.exploring()
+        self.publish(algorithm, force=True)
         pending, start = {}, 0
         for worker, (handle, size) in enumerate(zip(self.workers, self.sizes, strict=True)):
             part = indices[start : start + size]
@@ -236,8 +239,8 @@ class RLPDActors:
         heard = [time.monotonic()] * len(self.workers)
         results: dict[int, tuple[EpisodeStats, int]] = {}
         while pending:
-            self._take_transitions(runner, heard)
-            self.publish(runner)
+            self._take_transitions(algorithm, heard)
+            self.publish(algorithm)
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
             for ref in done:
                 worker = pending.pop(ref)
@@ -249,19 +252,19 @@ class RLPDActors:
                         f"{self.describe(worker)} sent no transition for {self.timeout_s:g} s "
                         "(stalled actor)"
                     )
-        self._take_transitions(runner, heard)  # a worker's last puts precede its reply
+        self._take_transitions(algorithm, heard)  # a worker's last puts precede its reply
         ordered = [results[worker] for worker in range(len(self.workers))]
         acted_with = [version for _, version in ordered if version >= 0]
-        lag = runner.learner.updates - sum(acted_with) / len(acted_with) if acted_with else None
+        lag = algorithm.learner.updates - sum(acted_with) / len(acted_with) if acted_with else None
         return EpisodeStats.concat([stats for stats, _ in ordered], lag)
 
-    def _take_transitions(self, runner: RLPDRunner, heard: list[float]) -> None:
+    def _take_transitions(self, algorithm: RLPDAlgorithm, heard: list[float]) -> None:
         waiting = self.transitions.qsize()
         if not waiting:
             return
         for worker, rows in self.transitions.get_nowait_batch(waiting):
             heard[worker] = time.monotonic()
-            runner.take_step(rows)
+            algorithm.take_step(rows)
 
     def _result(self, ref: Any, worker: int) -> tuple[EpisodeStats, int]:
         # A worker that found the learner stalled says so: its ExchangeTimeout passes.
@@ -270,7 +273,7 @@ class RLPDActors:
             passes=(ExchangeTimeout,),
         )  # fmt: skip
 
-    def publish(self, runner: RLPDRunner, force: bool = False) -> None:
+    def publish(self, algorithm: RLPDAlgorithm, force: bool = False) -> None:
         """The actor's weights to every worker when `publish_every` updates have passed
         since the last publication (or any have, when `force`); a worker that has not
         taken a publication within the deadline is reported."""
@@ -283,11 +286,11 @@ class RLPDActors:
                     f"within {self.timeout_s:g} s (stalled actor)"
                 )
         self.publications = sent
-        version = runner.learner.updates
+        version = algorithm.learner.updates
         due = version - self.published_version
         if due <= 0 or (not force and due < self.publish_every):
             return
-        weights = runner.learner.actor.state_dict()
+        weights = algorithm.learner.actor.state_dict()
         state = ray.put({name: tensor.detach() for name, tensor in weights.items()})
         for worker, handle in enumerate(self.workers):
             ref = handle.set_weights.remote(version, state)

@@ -179,8 +179,10 @@ def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path
     runner = RLPDRunner(config)
     try:
         metrics = runner.train_iteration()
-        stored = runner.online.ordered()["obs"]
-        acted = runner.learner.actor.act(runner.env.reset(0, runner.env.init_states(0)[:2]))
+        stored = runner.algorithm.online.ordered()["obs"]
+        acted = runner.algorithm.learner.actor.act(
+            runner.env.reset(0, runner.env.init_states(0)[:2])
+        )
     finally:
         runner.close()
     assert metrics["rollout/episodes"] == 2 and metrics["rollout/episode_length"] == 10

@@ -49,7 +49,7 @@ def test_demos_beat_no_demos_at_the_same_budget(tmp_path, demo_file):
     # (8/8 against 4/8 on one machine, 6/8 against 1/8 on another): the margin is the claim.
     assert with_rate >= 0.6
     assert with_rate - without_rate >= 0.4
-    assert len(with_demos.demo) == with_demos.demos_loaded > 0  # no interventions here
+    assert len(with_demos.algorithm.demo) == with_demos.demos_loaded > 0  # no interventions here
 
 
 def test_scripted_interventions_speed_learning_up(tmp_path):
@@ -62,8 +62,8 @@ def test_scripted_interventions_speed_learning_up(tmp_path):
     assert assisted_rate - alone_rate >= 0.4
     # Every intervened transition, and only those, went into the demo buffer.
     history = [json.loads(line) for line in (tmp_path / "a/metrics.jsonl").read_text().splitlines()]
-    assert len(assisted.demo) == sum(row["interventions/steps"] for row in history) > 0
-    assert assisted.demo.ordered()["intervened"].all()
+    assert len(assisted.algorithm.demo) == sum(row["interventions/steps"] for row in history) > 0
+    assert assisted.algorithm.demo.ordered()["intervened"].all()
     assert 0 < history[-1]["interventions/rate"] < 1
 
 
@@ -80,12 +80,16 @@ def test_a_resumed_run_continues_exactly_with_its_buffers(tmp_path, demo_file):
     )  # fmt: skip
     resumed = RLPDRunner(config)
     resumed.learn(resume=True)
+    ours, theirs = straight.algorithm, resumed.algorithm
     for a, b in zip(
-        straight.learner.actor.parameters(), resumed.learner.actor.parameters(), strict=True
+        ours.learner.actor.parameters(), theirs.learner.actor.parameters(), strict=True
     ):
         assert torch.equal(a, b)
     for name in ("online", "demo"):
-        ours, theirs = getattr(straight, name).ordered(), getattr(resumed, name).ordered()
+        ours, theirs = (
+            getattr(straight.algorithm, name).ordered(),
+            getattr(resumed.algorithm, name).ordered(),
+        )
         assert all(torch.equal(ours[k], theirs[k]) for k in ours), name
     assert [p.name for p in (tmp_path / "split/buffers").iterdir()] == ["iter_000004.pt"]
 

@@ -1,0 +1,114 @@
+"""RLPD as the training loop drives it (seed 004): the learner and the data it learns
+from. Every transition goes into the online buffer (and a human's into the demo buffer
+too); each stored transition pays for its share of update rounds, drawn 50/50 from both
+buffers (the whole batch from the online buffer while no demo data exists). Where the
+transitions come from is the runner's collector (trainer.runner.rlpd_runner)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
+from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
+
+log = logging.getLogger(__name__)
+
+
+def random_actions(count: int, action_dim: int, generator: torch.Generator) -> torch.Tensor:
+    """Uniform actions in [-1, 1]: what the copies do before `training_starts`."""
+    return torch.rand(count, action_dim, generator=generator) * 2 - 1
+
+
+class RLPDAlgorithm:
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        settings: RLPDSettings,
+        rlpd: Any,
+        num_envs: int,
+        generator: torch.Generator,
+    ) -> None:
+        """`rlpd`: the config's `algorithm.rlpd` section; `num_envs`: the env copies one
+        step of which pays for `updates_per_step` rounds; `generator` draws the random
+        actions of exploration and the batches."""
+        self.rlpd, self.num_envs, self.action_dim = rlpd, num_envs, action_dim
+        self.generator = generator
+        self.learner = RLPDLearner(obs_shape, action_dim, settings)
+        self.online = ReplayBuffer(rlpd.online_capacity)
+        self.demo = ReplayBuffer(rlpd.demo_capacity)
+        self.sampler = MixedSampler(
+            self.online, self.demo, rlpd.batch_size, rlpd.demo_fraction, rlpd.training_starts
+        )
+        self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
+        self._online_only = False  # the last state of the sampler the log was told
+        self.update_metrics: list[dict[str, float]] = []
+        self.update_seconds = 0.0
+
+    def exploring(self) -> bool:
+        """Uniformly random actions until `training_starts` online transitions."""
+        return len(self.online) < self.rlpd.training_starts
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions for copies stepping in this process: random while exploring, else the
+        actor's."""
+        if self.exploring():
+            return random_actions(obs.shape[0], self.action_dim, self.generator)
+        return self.learner.actor.act(obs)
+
+    def start_iteration(self) -> None:
+        self.update_metrics, self.update_seconds = [], 0.0
+
+    def take_step(self, rows: dict[str, torch.Tensor]) -> None:
+        """One env step's transitions (of the copies still in their episode) into the
+        buffers, then the update rounds they pay for: `updates_per_step` rounds per
+        `num_envs` stored transitions, so the update-to-data ratio is per transition, as
+        RLPD defines it, however many copies are still stepping."""
+        add_transitions(self.online, self.demo, rows)
+        if not self.sampler.ready():
+            self.owed_updates = 0.0
+            return
+        self._note_demo_share()
+        stored = int(rows["reward"].shape[0])
+        self.owed_updates += self.rlpd.updates_per_step * stored / self.num_envs
+        started = time.monotonic()
+        while self.owed_updates > 1 - 1e-9:
+            self.update_metrics.append(self.learner.update(self._sample))
+            self.owed_updates -= 1
+        self.update_seconds += time.monotonic() - started
+
+    def _sample(self) -> dict[str, torch.Tensor]:
+        batch = self.sampler.sample(self.generator)
+        batch.pop("from_demo")
+        return batch
+
+    def _note_demo_share(self) -> None:
+        """Say in the log when updates draw from the online buffer alone for want of
+        demo data, and when demo data arrives."""
+        online_only = self.sampler.online_only
+        if online_only == self._online_only:
+            return
+        self._online_only = online_only
+        if online_only:
+            log.warning(
+                "rlpd: the demo buffer is empty (no algorithm.rlpd.demos, no intervention "
+                "yet): updates draw whole batches from the online buffer until demo data "
+                "arrives (rlpd/demo_share 0)"
+            )
+        else:
+            log.info(
+                "rlpd: demo data arrived: batches draw %.0f%% from the demo buffer",
+                100 * self.sampler.demo_share,
+            )
+
+    # ----- checkpoints -------------------------------------------------------------
+    def buffers_state(self) -> dict[str, Any]:
+        return {"online": self.online.state_dict(), "demo": self.demo.state_dict()}
+
+    def load_buffers(self, state: dict[str, Any]) -> None:
+        self.online.load_state_dict(state["online"])
+        self.demo.load_state_dict(state["demo"])
