@@ -8,23 +8,14 @@ of them, so a user (or a web form) sees every mistake at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from trainer.key_paths import format_key_path
+
 PathPart = str | int
 Path = tuple[PathPart, ...]
-
-
-def format_path(path: Sequence[PathPart]) -> str:
-    """`("cluster", "node_groups", 0, "label")` -> `cluster.node_groups[0].label`."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +35,7 @@ class ConfigIssue:
 
     @property
     def location(self) -> str:
-        return format_path(self.path)
+        return format_key_path(self.path)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -6,16 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainer.key_paths import format_key_path
 
-def format_key_path(parts: Sequence[str | int]) -> str:
-    """``("rollout", "action_horizons_pattern", 1)`` -> ``rollout.action_horizons_pattern[1]``."""
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+__all__ = ["ConfigError", "ConfigProblem", "format_key_path"]
 
 
 @dataclass(frozen=True)
