@@ -25,6 +25,7 @@ from trainer.runner.loop import NothingToResumeError, has_checkpoint, run_folder
 from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.stop_request import StopRequest
 from trainer.runtime.distributed_run import distributed_plan
+from trainer.runtime.ray_calls import connect
 from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
@@ -151,6 +152,7 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
 
         train, callbacks = train_distributed, {**callbacks, "on_recovery": reporter.recovered}
     reporter.started(resume=resume)
+    connect()  # first: joining Ray replaces the SIGTERM handler StopRequest installs
     with StopRequest() as stop:
         result = train(
             config, plan, output_dir, resume=resume, should_stop=stop.is_set, **callbacks

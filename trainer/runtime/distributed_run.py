@@ -38,7 +38,7 @@ from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.build import copies_per_rank, env_options
-from trainer.runtime.ray_calls import answer, has_failed
+from trainer.runtime.ray_calls import answer, connect, has_failed
 from trainer.whereabouts import ProcessReport
 
 log = logging.getLogger(__name__)
@@ -202,8 +202,7 @@ def train_distributed(
     from trainer.runtime.ray_placement import create_placed_actors
     from trainer.runtime.rollout_workers import RolloutWorker
 
-    if not ray.is_initialized():
-        ray.init(log_to_driver=True)  # RAY_ADDRESS (set for a Ray job) says which cluster
+    connect()
     processes = plan.components[ACTOR]
     world_size = len(processes)
     backend = "nccl" if any(p.visible_accelerators for p in processes) else "gloo"

@@ -10,6 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 
+def connect() -> None:
+    """Join the Ray cluster (RAY_ADDRESS, set for a Ray job, says which) once. Joining
+    replaces the process's SIGTERM handler with one that exits, so a run that stops
+    cleanly on SIGTERM installs its own after this (trainer.commands.run)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(log_to_driver=True)
+
+
 def answer(
     refs: Any,
     *,

@@ -45,7 +45,7 @@ from trainer.runtime.distributed_run import (
     DistributedRunError,
     _relay,
 )
-from trainer.runtime.ray_calls import answer
+from trainer.runtime.ray_calls import answer, connect
 from trainer.whereabouts import ProcessReport
 
 if TYPE_CHECKING:
@@ -361,8 +361,7 @@ def train_rlpd_split(
     from trainer.runtime.ray_placement import create_placed_actors
 
     check_rlpd_plan(plan)
-    if not ray.is_initialized():
-        ray.init(log_to_driver=True)  # RAY_ADDRESS (set for a Ray job) says which cluster
+    connect()
     timeout_s = config.algorithm.rlpd.exchange_timeout_s
     env_processes = sorted(plan.components[ENV], key=lambda p: p.process_rank)
     sizes = shard_sizes(config.env.num_parallel_envs, len(env_processes))

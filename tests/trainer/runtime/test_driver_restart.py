@@ -90,3 +90,24 @@ def test_a_killed_driver_leaves_nothing_running_and_resume_continues_the_cursors
     assert resumed["total_env_steps"] == expected["total_env_steps"]
     policy, want = resumed["algorithm"]["policy"], expected["algorithm"]["policy"]
     assert all(torch.equal(policy[name], want[name]) for name in want)
+
+
+def test_sigterm_stops_a_placed_run_with_a_checkpoint_and_resume_finishes_it(
+    cluster_address, tmp_path
+):
+    """What stopping a run's Ray job does: the driver is sent SIGTERM. Joining Ray
+    replaces the handler the run installed; it must be the run's that answers."""
+    run = tmp_path / "stopped"
+    driver = trainer(run, cluster_address)
+    try:
+        wait_until(lambda: checkpoint_path(run / "checkpoints", 1).exists(), 300, "iteration 1")
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        printed, _ = driver.communicate(timeout=300)
+    assert driver.returncode == 130, printed  # stopped, not killed (-15)
+    stopped_at = load_checkpoint(latest_checkpoint(run / "checkpoints"))["iteration"]
+    assert f"stopped by SIGTERM after {stopped_at}/{ITERATIONS} iterations" in printed
+    assert "checkpoint saved, continue with --resume" in printed
+
+    output = finish(trainer(run, cluster_address, "--resume"))
+    assert f"finished {ITERATIONS}/{ITERATIONS} iterations" in output
