@@ -5,7 +5,16 @@ from rest_framework.routers import DefaultRouter
 from controlplane.access.pages import guarded
 from controlplane.api import experiment_views, run_views, views
 
-router = DefaultRouter(trailing_slash=False)
+
+class OptionalSlashRouter(DefaultRouter):
+    """`/api/v1/runs` and `/api/v1/runs/` alike: people and scripts write both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trailing_slash = "/?"
+
+
+router = OptionalSlashRouter()
 router.register("clusters", views.ClusterViewSet, basename="api-cluster")
 router.register("robots", views.RobotViewSet, basename="api-robot")
 router.register("experiments", experiment_views.ExperimentViewSet, basename="api-experiment")

@@ -45,6 +45,7 @@ def _readable(pattern: str) -> str:
     """A regex route (DRF's router) written like a `path()` route."""
     text = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"<\1>", pattern)
     text = re.sub(r"<\w+:(\w+)>", r"<\1>", text)  # path converters: <int:run_id> → <run_id>
+    text = text.replace("/?$", "$")  # an optional trailing slash: shown without it
     return text.replace("^", "").replace("$", "").replace("\\", "")
 
 
