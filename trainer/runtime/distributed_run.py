@@ -53,23 +53,23 @@ class DistributedRunError(RuntimeError):
 
 
 def distributed_plan(config: ExperimentConfig) -> Plan | None:
-    """The placement plan of a config whose `cluster:` section places several `actor`
-    processes or any `env` process; None when the run is one process (no cluster
-    section, or one rank that steps its own envs)."""
+    """The placement plan of a config whose `cluster:` section places processes; None
+    when the run is this one process: no cluster section, or one actor rank that steps
+    its own envs on node 0 (where the job's driver runs) as the plan would run it there,
+    with no environment of its own."""
     section = config.cluster
     if not section:
         return None
     data = section.get("cluster", section)
     plan = resolve_placement(cluster_from_dict(data), data.get("component_placement"))
     components = plan.components
-    if (
-        len(components.get(ACTOR, ())) < 2
-        and not components.get(ENV)
-        and not components.get(ROLLOUT)
-    ):
-        return None
-    if not plan.components.get(ACTOR):
+    actors = components.get(ACTOR, [])
+    if not actors:
         raise ConfigError.single("cluster.component_placement", "places no actor process")
+    if len(actors) == 1 and not components.get(ENV) and not components.get(ROLLOUT):
+        (actor,) = actors
+        if actor.node_rank == 0 and not actor.env_vars and not actor.python_interpreter_path:
+            return None
     return plan  # env workers fit the ranks: the config's validation checked it
 
 

@@ -3,6 +3,7 @@ per node where the plan says, the tasks sharded as seed 001 says, every rank's
 parameters identical after training, rank 0's metrics and checkpoints relayed to the
 driver, and the checkpoint carrying each rank's cursors so a resume continues them."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,17 @@ def test_two_ranks_learn_the_builtin_env(two_nodes, tmp_path):
     assert result.per_rank[0]["parameters"] == result.per_rank[1]["parameters"]
     last = history[-3:]  # three iterations: every task once across the two ranks
     assert sum(m["rollout/success_rate"] for m in last) / 3 >= 0.8
+
+
+def test_one_actor_placed_on_another_node_runs_there(two_nodes, tmp_path):
+    """`actor: "1"` alone once ran in the driver on node 0 and said so; it is placed."""
+    on_one = "cluster={num_nodes: 2, component_placement: {actor: '1'}}"
+    config = load_config(EXAMPLE, [*SMALL[:-1], on_one, "runner.iterations=1"])
+    plan = distributed_plan(config)
+    assert [p.node_rank for p in plan.components["actor"]] == [1]
+    result = train_distributed(config, plan, tmp_path)
+    assert result.iteration == 1 and [r.node_rank for r in result.ranks] == [1]
+    assert all(r.pid != os.getpid() for r in result.ranks)
+    # On node 0 with nothing of its own, the one rank is this process, as before.
+    here = "cluster={num_nodes: 2, component_placement: {actor: '0'}}"
+    assert distributed_plan(load_config(EXAMPLE, [*SMALL[:-1], here])) is None
