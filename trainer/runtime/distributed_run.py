@@ -114,10 +114,15 @@ class ActorRank:
     ) -> list[ProcessReport]:
         """Join the process group and build the loop; this rank's process, its env
         workers' and its rollout worker's (when it has them), for the run page."""
+        import ray
+
         from trainer.algorithms.collective import TorchCollective
         from trainer.runner.on_policy_runner import OnPolicyRunner
         from trainer.runtime.env_workers import PlacedVectorEnv
+        from trainer.runtime.interfaces import pin_socket_interfaces
 
+        node_ip = ray.util.get_node_ip_address()
+        pin_socket_interfaces(node_ip)  # before the group forms: gloo reads it then
         self.collective = TorchCollective(
             self.rank, self.world_size, address, port, backend=backend, timeout_s=timeout_s
         )
@@ -135,9 +140,6 @@ class ActorRank:
             ),
             env=env,
         )
-        import ray
-
-        node_ip = ray.util.get_node_ip_address()
         here = ProcessReport.here(ACTOR, self.rank, self.node_rank, node_ip)
         reports = [here, *(env.reports if env is not None else [])]
         if rollout_worker is not None:
