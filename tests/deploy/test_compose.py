@@ -89,6 +89,26 @@ def test_the_kubernetes_manifests_wire_web_and_worker_to_the_ray_cluster():
         assert container["envFrom"] == [{"secretRef": {"name": "armature"}}]
 
 
+def test_every_ray_node_carries_its_own_node_rank(rendered):
+    """Placements name node ranks; Ray nodes without the label cannot be placed on."""
+    from trainer.cluster.discovery import NODE_RANK_LABEL
+
+    def rank_of(command: list[str]) -> str:
+        labels = command[command.index("--labels") + 1]
+        return dict(pair.split("=", 1) for pair in labels.split(","))[NODE_RANK_LABEL]
+
+    services = rendered["services"]
+    assert [rank_of(services[name]["command"]) for name in ("ray-head", "ray-worker")] == [
+        "0", "1"
+    ]  # fmt: skip
+    k8s = yaml.safe_load((settings.BASE_DIR / "deploy/k8s/raycluster.yaml").read_text())
+    head = k8s["spec"]["headGroupSpec"]["rayStartParams"]["labels"]
+    groups = k8s["spec"]["workerGroupSpecs"]
+    assert head == f"{NODE_RANK_LABEL}=0"
+    assert [g["rayStartParams"]["labels"] for g in groups] == [f"{NODE_RANK_LABEL}=1"]
+    assert all(g["replicas"] == g["maxReplicas"] == 1 for g in groups)  # one rank, one node
+
+
 @pytest.mark.parametrize("missing", SECRETS)
 def test_it_refuses_to_render_without_each_secret(docker_compose, missing):
     given = {name: "validation-only" for name in SECRETS if name != missing}
