@@ -49,10 +49,17 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: cannot connect to Ray at {args.address}: {problem}", file=sys.stderr)
         return 2
+    if os.environ.get("RAY_AUTH_TOKEN") and not os.environ.get("RAY_AUTH_MODE"):
+        os.environ["RAY_AUTH_MODE"] = "token"  # a token means the cluster checks tokens
     try:
         ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as error:
-        print(f"error: cannot connect to Ray at {args.address}: {error}", file=sys.stderr)
+        token = "the one set is not its?" if os.environ.get("RAY_AUTH_TOKEN") else "none is set"
+        print(
+            f"error: cannot connect to Ray at {args.address}: {error}\n  (a cluster started "
+            f"with RAY_AUTH_MODE=token needs its token in RAY_AUTH_TOKEN: {token})",
+            file=sys.stderr,
+        )
         return 2
     try:
         spec = tc.cluster_from_ray_nodes(ray.nodes())
@@ -62,5 +69,17 @@ def main(args: argparse.Namespace) -> int:
         return 2
     finally:
         ray.shutdown()
-    sys.stdout.write(tc.dump_cluster_yaml(spec))
+    sys.stdout.write(tc.dump_cluster_yaml(spec) + placement_hint(spec.num_nodes))
     return 0
+
+
+def placement_hint(num_nodes: int) -> str:
+    """How to place a run on the discovered nodes, as YAML comments under `cluster:`."""
+    nodes = "0" if num_nodes == 1 else f"0-{num_nodes - 1}"
+    return (
+        "  # Place a run's processes by node rank (docs/placement.md), e.g. one actor rank\n"
+        "  # and one env worker per node:\n"
+        "  # component_placement:\n"
+        f'  #   actor: "{nodes}"\n'
+        f'  #   env: "{nodes}"\n'
+    )

@@ -21,6 +21,12 @@ def test_it_prints_the_live_cluster_as_a_cluster_section(ray_head):
     spec = tc.load_cluster_yaml(result.stdout)
     assert spec.num_nodes == 1
     assert spec.nodes[0].accelerators is None  # this machine has no GPU
+    # It proposes a placement for the nodes found, which reads as written once uncommented.
+    proposed = result.stdout.replace("  # component_placement:", "  component_placement:")
+    proposed = proposed.replace("  #   actor:", "    actor:").replace("  #   env:", "    env:")
+    placed = tc.load_cluster_yaml(proposed)
+    assert placed.component_placement == {"actor": "0", "env": "0"}
+    assert len(tc.resolve_placement(placed).components["actor"]) == 1
 
 
 def test_it_names_an_unreachable_cluster():
