@@ -39,6 +39,7 @@ from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.build import copies_per_rank, env_options
 from trainer.runtime.ray_calls import answer, connect, has_failed
+from trainer.runtime.shared_folder import check_shared_folder, reads_back
 from trainer.whereabouts import ProcessReport
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,9 @@ class ActorRank:
         self.stop_asked = False
         self.runner = None
         self.collective = None
+
+    def sees(self, path: str, token: str) -> bool:
+        return reads_back(path, token)
 
     def rendezvous(self) -> tuple[str, int]:
         """An address on this node that the other ranks can reach, with a free port."""
@@ -245,6 +249,10 @@ def train_distributed(
         a.process.process_rank: a.handle for a in placed if a.process.component == ROLLOUT
     }
     try:
+        check_shared_folder(
+            output_dir, [(f"actor rank {a.process.process_rank} on node {a.process.node_rank}",
+                          a.handle) for a in by_rank],
+        )  # fmt: skip
         address, port = ray.get(handles[0].rendezvous.remote(), timeout=JOIN_TIMEOUT_S)
         joined = [
             handle.join.remote(

@@ -46,6 +46,7 @@ from trainer.runtime.distributed_run import (
     _relay,
 )
 from trainer.runtime.ray_calls import answer, connect
+from trainer.runtime.shared_folder import check_shared_folder, reads_back
 from trainer.whereabouts import ProcessReport
 
 if TYPE_CHECKING:
@@ -309,6 +310,9 @@ class RLPDLearnerProcess:
         self.stop_asked = False
         self.runner: RLPDRunner | None = None
 
+    def sees(self, path: str, token: str) -> bool:
+        return reads_back(path, token)
+
     def start(
         self, workers: list[Any], worker_reports: list[dict[str, Any]], sizes: list[int],
         transitions: Queue,
@@ -389,13 +393,16 @@ def train_rlpd_split(
         ),  # fmt: skip
         timeout_s=start_timeout_s,
     )
-    learner = next(a.handle for a in placed if a.process.component == ACTOR)
+    learner_process = next(a for a in placed if a.process.component == ACTOR)
+    learner = learner_process.handle
     workers = [
         a.handle
         for a in sorted(placed, key=lambda a: a.process.process_rank)
         if a.process.component == ENV
     ]
     try:
+        where = f"the learner on node {learner_process.process.node_rank}"
+        check_shared_folder(output_dir, [(where, learner)])
         described = _answer([w.describe.remote() for w in workers], start_timeout_s, "starting")
         started = learner.start.remote(workers, described, sizes, transitions)
         here = _answer(started, start_timeout_s, "starting")
