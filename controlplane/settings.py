@@ -256,6 +256,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # The schema and its docs page follow the access table too (logged-in users only).
     "SERVE_PERMISSIONS": ["controlplane.access.api.DoorPermission"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.schema_paths.without_optional_slashes",
+    ],
 }
 
 LOGGING = {

@@ -92,8 +92,15 @@ def test_links_inside_a_run_folder_are_neither_listed_nor_served(viewer, root, r
     assert status_of(viewer, run, "checkpoints/iter_000001.pt") == (200, 200)
     for path in ("leak.txt", "linked/secret.txt", "linked/deeper/secret.txt",
                  "checkpoints/iter_000002.pt", "same.jsonl", "../../outside/secret.txt",
-                 f"../run-{run.pk}/leak.txt", "checkpoints", ""):  # fmt: skip
+                 f"../run-{run.pk}/leak.txt", "checkpoints"):  # fmt: skip
         assert status_of(viewer, run, path) == (404, 404), path
+    # No file name: the API's `artifacts/` is its list (paths answer with or without their
+    # trailing slash), the page's door serves nothing.
+    assert (
+        viewer.get(f"/api/v1/runs/{run.pk}/artifacts/").json()
+        == viewer.get(f"/api/v1/runs/{run.pk}/artifacts").json()
+    )
+    assert viewer.get(f"/runs/{run.pk}/files/").status_code == 404
 
 
 def test_paths_the_operating_system_refuses_are_not_found(viewer, root, run):
