@@ -35,8 +35,12 @@ def running(browser, stack_factory, ray_head):
     user = get_user_model().objects.create_user("olga", password="pw-for-tests")
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
     # Its robots step in real time (env.interventions.real_time): 4 s an iteration, so
-    # the run is still going when the operator drives.
-    run, _ = launch_run(experiment, user=user, overrides=[f"runner.iterations={ITERATIONS}"])
+    # the run is still going when the operator drives. The deadman is 1 s here, not
+    # 0.15: this test is about the operator's path, and a headless browser on a busy CI
+    # machine can miss its 25 ms heartbeats for longer than 0.15 s (the deadman itself
+    # is tested in tests/controlplane/console/test_console_safety.py).
+    overrides = [f"runner.iterations={ITERATIONS}", "env.interventions.deadman_s=1.0"]
+    run, _ = launch_run(experiment, user=user, overrides=overrides)
     page = browser.new_page()
     # No gamepad is plugged in here: the page reads whatever the Gamepad API lists.
     page.add_init_script("window.testPads = []; navigator.getGamepads = () => window.testPads;")
