@@ -23,7 +23,9 @@ from controlplane.runs.series import (
 )
 
 
-def _bounded(default: int, low: int, high: int | None, what: str) -> serializers.IntegerField:
+def _bounded(
+    default: int | None, low: int, high: int | None, what: str
+) -> serializers.IntegerField:
     bound = f"between {low} and {high}" if high is not None else f"at least {low}"
     return serializers.IntegerField(
         required=False, default=default, min_value=low, max_value=high,

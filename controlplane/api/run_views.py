@@ -65,6 +65,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return with_figures(Run.objects.select_related("experiment", "revision", "cluster"))
         return listed_runs().select_related("cluster")
 
+    def filter_queryset(self, queryset):
+        # The list's filters only: a run's own reads (get_object) build no FilterSet.
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
     @extend_schema(
         request=RunCreateSerializer,
         responses={201: RunSerializer, 200: RunSerializer},
