@@ -8,6 +8,7 @@ The transport is the only thing a subclass adds: a pipe to a subprocess
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import torch
@@ -31,14 +32,14 @@ class ShardedVectorEnv(VectorEnv):
     shard_sizes: list[int]
 
     # ----- the transport ---------------------------------------------------------------
+    @abstractmethod
     def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
         """`method(*args[i])` on every worker i at once; the replies in worker order. A
         worker that fails, dies or does not answer raises `EnvWorkerError` naming it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _call_first(self, method: str, args: tuple, doing: str) -> Any:
         """`method(*args)` on the first worker alone."""
-        raise NotImplementedError
 
     # ----- the env -----------------------------------------------------------------
     def _adopt(self, facts: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ Alone (the default), the collective is the identity.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ class NothingToResumeError(RuntimeError):
     pass
 
 
-class TrainingLoop:
+class TrainingLoop(ABC):
     """Seeds the process, owns the run's folder and drives `train_iteration` to
     `runner.iterations`."""
 
@@ -69,17 +70,19 @@ class TrainingLoop:
         self.checkpoint_dir = self.output_dir / "checkpoints"
 
     # ----- what a runner says ------------------------------------------------------
+    @abstractmethod
     def train_iteration(self) -> dict[str, float]:
-        raise NotImplementedError
+        """One iteration; its metrics."""
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint; every rank calls it (it may gather from all of them)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def load_state(self, state: dict[str, Any], path: Path) -> None:
-        raise NotImplementedError
+        """Continue from `state`, the checkpoint read from `path`."""
 
-    def save_beside(self, final: bool) -> None:
+    def save_beside(self, final: bool) -> None:  # noqa: B027 - an optional hook
         """What the runner keeps beside a checkpoint (rank 0; `final`: the run's last
         save, at its end or at a stop)."""
 
@@ -87,6 +90,7 @@ class TrainingLoop:
         """The progress bar's text for an iteration."""
         return f"success {metrics.get('rollout/success_rate', 0.0):.2f}"
 
+    @abstractmethod
     def close(self) -> None:
         """Stop what the runner started (env workers, the console's bridge)."""
 
