@@ -3,8 +3,9 @@ agreed flags, rank 0's parameters, everyone's small state.
 
 `Collective` is one process on its own (every call is the identity), so the runner and
 the algorithms run the same code single-process and distributed. `TorchCollective`
-is torch.distributed: gloo on CPUs, NCCL on GPUs (tensors live where the backend
-needs them; counts and flags are tiny and cross on the CPU with gloo).
+is torch.distributed: gloo on CPUs; on GPUs, NCCL for the tensors the update sums
+(gradients in one flat buffer, advantage moments), while counts, flags and objects —
+tiny, and on the CPU — cross through a gloo group beside it.
 """
 
 from __future__ import annotations
@@ -57,20 +58,30 @@ class TorchCollective(Collective):
         port: int,
         backend: str = "gloo",
         timeout_s: float = 300.0,
+        device: torch.device | None = None,
     ) -> None:
+        """`device`: the rank's GPU when `backend` is nccl (bound before the group forms)."""
         # Imported here: one process never pays for torch.distributed's import.
         import torch.distributed as dist
 
         self.dist = dist
         self.rank, self.world_size = rank, world_size
+        if backend == "nccl":
+            assert device is not None and device.type == "cuda", "nccl needs the rank's GPU"
+            torch.cuda.set_device(device)
         # The timeout bounds every collective: a rank that hangs makes the others
         # fail with an error instead of waiting forever.
+        timeout = datetime.timedelta(seconds=timeout_s)
         dist.init_process_group(
             backend,
             init_method=f"tcp://{address}:{port}",
             rank=rank,
             world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            timeout=timeout,
+        )
+        # Counts, flags and objects live on the CPU: NCCL cannot carry them.
+        self.cpu_group = (
+            dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
         )
 
     def sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -80,12 +91,12 @@ class TorchCollective(Collective):
     def sum_counts(self, counts: Counter[str]) -> Counter[str]:
         keys = sorted(set().union(*self.gather_objects(sorted(counts))))
         values = torch.tensor([float(counts.get(key, 0.0)) for key in keys], dtype=torch.float64)
-        self.sum_tensor(values)
+        self.dist.all_reduce(values, op=self.dist.ReduceOp.SUM, group=self.cpu_group)
         return Counter(dict(zip(keys, values.tolist(), strict=True)))
 
     def any(self, flag: bool) -> bool:
         value = torch.tensor([1.0 if flag else 0.0])
-        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
+        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX, group=self.cpu_group)
         return bool(value.item())
 
     def broadcast_module(self, module: nn.Module) -> None:
@@ -95,7 +106,7 @@ class TorchCollective(Collective):
 
     def gather_objects(self, value: Any) -> list[Any]:
         gathered: list[Any] = [None] * self.world_size
-        self.dist.all_gather_object(gathered, value)
+        self.dist.all_gather_object(gathered, value, group=self.cpu_group)
         return gathered
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ in ``compute_returns`` (and PPO in having a critic).
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from torch import nn
 from trainer.algorithms.bootstrap import bootstrap_timeouts
 from trainer.algorithms.collective import Collective
 from trainer.data.rollout_storage import RolloutStorage, Trajectories, Transition, minibatches
+from trainer.devices import HostToDevice, autocast
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache
 from trainer.models.policy import GaussianChunkPolicy
@@ -100,16 +102,28 @@ class OnPolicyAlgorithm(ABC):
         settings: OnPolicySettings,
         chunk: int,
         generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+        precision: str = "fp32",
     ) -> None:
-        self.policy = policy
-        self.critic = critic
+        """`device`: where the models, the rollout's storage and the update live (the
+        envs stay on the CPU); `precision`: fp32, or bf16 forward passes (autocast)."""
+        self.device = torch.device(device)
+        self.precision = precision
+        self.policy = policy.to(self.device)
+        self.critic = critic.to(self.device) if critic is not None else None
         self.settings = settings
         self.chunk = chunk
+        # A CPU generator on every device: shuffles and seeds are the same draws on a
+        # GPU as on the CPU, and only indices cross to the device.
         self.generator = generator
+        self.to_device = HostToDevice(self.device)
         params = list(policy.parameters()) + (list(critic.parameters()) if critic else [])
-        # foreach: one multi-tensor kernel per step instead of a loop over parameters;
-        # the default on CPU is the loop, which costs ~5% of a small-MLP update.
-        self.optimizer = torch.optim.Adam(params, lr=settings.learning_rate, foreach=True)
+        # One multi-tensor kernel per step instead of a loop over parameters (the CPU's
+        # default loop costs ~5% of a small-MLP update); fused on a GPU.
+        fused = self.device.type == "cuda"
+        self.optimizer = torch.optim.Adam(
+            params, lr=settings.learning_rate, foreach=not fused, fused=fused
+        )
         # The other actor ranks this one trains with (none by default); the runner
         # sets it. Gradients, advantage statistics and early stops are agreed through it.
         self.collective = Collective()
@@ -120,6 +134,7 @@ class OnPolicyAlgorithm(ABC):
         # it): decisions are made there with the weights of `policy_version`.
         self.decider: Decider | None = None
         self.policy_version = 0  # counts the policy's changes (updates, loads)
+        self._weightless_possible = True  # see update_rows
 
     # ----- rollout -------------------------------------------------------------
     def swap_rollout(self, state: RolloutState) -> RolloutState:
@@ -137,33 +152,44 @@ class OnPolicyAlgorithm(ABC):
         if cache is not None and cache.same_schedule(horizons, self.chunk, max_horizon):
             cache.restart()
         else:
-            self.plan_cache = PlanCache(horizons, self.chunk, max_horizon)
-        self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk)
+            self.plan_cache = PlanCache(horizons, self.chunk, max_horizon, self.device)
+        self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk, self.device)
         if self.decider is not None:
             seed = int(torch.randint(2**62, (1,), generator=self.generator))
             self.decider.start_round(horizons, self.policy, self.policy_version, seed)
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The forward passes' precision (`precision`)."""
+        return autocast(self.device, self.precision)
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Replan the slots whose plan is used up, return the env's part of each chunk;
-        in the rank's rollout worker when it has one (`decider`).
+        """Replan the slots whose plan is used up, return the env's part of each chunk
+        (on the CPU, where envs step); in the rank's rollout worker when it has one
+        (`decider`).
 
         Only the policy runs here: the critic does not choose actions, so the round's
         values come from one batched call in ``finish_round`` (same parameters, same
         values) instead of one call per decision.
         """
         if self.decider is not None:
-            draw = self.decider.act(obs)
+            draw = self.decider.act(obs).to(self.device)
+            obs = self.to_device("obs", obs)
         else:
+            obs = self.to_device("obs", obs)
             assert self.plan_cache is not None, "start_round() first"
-            draw = decide(self.policy, self.plan_cache, obs, self.chunk)
+            with self.autocast():
+                draw = decide(self.policy, self.plan_cache, obs, self.chunk)
         self._pending = (obs, draw)
         dims = self.policy.env_action_dim
-        return draw.actions if draw.actions.shape[2] == dims else draw.actions[..., :dims]
+        actions = draw.actions if draw.actions.shape[2] == dims else draw.actions[..., :dims]
+        return actions.cpu()  # the step's one transfer back
 
     def process_env_step(self, step: EnvStep) -> None:
         assert self._pending is not None and self.storage is not None and self.plan_cache
         obs, draw = self._pending
+        # The step arrives from the CPU envs: its flags are read there (no sync with
+        # the device), and its per-copy numbers cross in one copy.
         timeouts = step.truncated & ~step.terminated
         reward = env_reward = step.reward.float()
         if self.critic is not None and self.settings.bootstrap_timeouts:
@@ -172,9 +198,21 @@ class OnPolicyAlgorithm(ABC):
                 timeouts,
                 step.final_observation,
                 step.obs,
-                self.critic,
+                self._values_on_cpu,
                 self.settings.gamma,
             )
+        columns = (
+            reward,
+            env_reward,
+            step.done,
+            timeouts,
+            step.success,
+            step.executed_actions,
+            _flags(step.intervened, step.done),
+            _flags(step.held, step.done),
+        )
+        packed = self.to_device("step", torch.stack([c.float() for c in columns]))
+        reward, env_reward, done, timeouts, success, executed, intervened, held = packed
         self.storage.add(
             Transition(
                 obs=obs,
@@ -183,21 +221,30 @@ class OnPolicyAlgorithm(ABC):
                 log_prob=draw.log_prob,
                 reward=reward,
                 env_reward=env_reward,
-                done=step.done,
-                timeout=timeouts,
-                success=step.success,
-                executed_actions=step.executed_actions,
-                intervened=_flags(step.intervened, step.done),
-                held=_flags(step.held, step.done),
+                done=done.bool(),
+                timeout=timeouts.bool(),
+                success=success.bool(),
+                executed_actions=executed.long(),
+                intervened=intervened.bool(),
+                held=held.bool(),
             )
         )
         self._pending = None
+
+    def _values_on_cpu(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's values of CPU observations (the time-out bootstrap's), on the CPU."""
+        assert self.critic is not None
+        with self.autocast():
+            values = self.critic(obs.to(self.device))
+        return values.float().cpu()
 
     def finish_round(
         self, task_id: int, init_state_index: torch.Tensor, group_index: torch.Tensor
     ) -> Trajectories:
         assert self.storage is not None and self.plan_cache is not None
         horizons = self.plan_cache.horizons
+        init_state_index = init_state_index.to(self.device)
+        group_index = group_index.to(self.device)
         return self.attach_values(
             self.storage.finish(task_id, init_state_index, group_index, horizons)
         )
@@ -215,11 +262,13 @@ class OnPolicyAlgorithm(ABC):
         valid_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows)
         # Bounded batches: a round of camera images is large, its activations larger.
         batch = max(1, _CRITIC_BATCH_ELEMENTS // obs.shape[2:].numel())
-        if len(rows) <= batch:
-            values = self.critic(valid_obs)
-        else:
-            values = torch.cat([self.critic(part) for part in valid_obs.split(batch)])
-        flat = torch.zeros(obs.shape[0] * obs.shape[1]).index_copy_(0, rows, values)
+        with self.autocast():
+            if len(rows) <= batch:
+                values = self.critic(valid_obs)
+            else:
+                values = torch.cat([self.critic(part) for part in valid_obs.split(batch)])
+        flat = torch.zeros(obs.shape[0] * obs.shape[1], device=obs.device)
+        flat.index_copy_(0, rows, values.float())
         return replace(trajectories, value=flat.view(obs.shape[:2]))
 
     # ----- learning ------------------------------------------------------------
@@ -240,7 +289,8 @@ class OnPolicyAlgorithm(ABC):
         Rows of masked groups (loss mask 0) stay in the batch with weight 0, so the
         batch keeps exactly ``data_batch_size`` trajectories. With ``target_kl`` set,
         the update stops as soon as a minibatch's approximate KL exceeds it, before
-        that minibatch's gradient step.
+        that minibatch's gradient step. Statistics stay on the device until the end:
+        the update reads them back once.
         """
         s = self.settings
         self.policy_version += 1
@@ -256,11 +306,17 @@ class OnPolicyAlgorithm(ABC):
             moments = self.collective.sum_tensor(
                 torch.stack([(adv * weight).sum(), (adv**2 * weight).sum(), weight.sum()])
             )
-            if moments[2] > 0:
-                mean = moments[0] / moments[2]
-                std = (moments[1] / moments[2] - mean**2).clamp(min=0).sqrt()
-                samples["advantage"] = (adv - mean) / (std + 1e-8)
-        sums: dict[str, float] = {}
+            mean = moments[0] / moments[2].clamp(min=1e-8)
+            std = (moments[1] / moments[2].clamp(min=1e-8) - mean**2).clamp(min=0).sqrt()
+            # Without policy rows the advantages are left as they are (no sync to ask).
+            normalized = (adv - mean) / (std + 1e-8)
+            samples["advantage"] = torch.where(moments[2] > 0, normalized, adv)
+        # A minibatch may weigh nothing (an idle rank's, or one of masked groups only):
+        # it must then take no step. Only asked of the device where that can happen.
+        self._weightless_possible = self.collective.world_size > 1 or bool(
+            (samples["weight"] == 0).any()
+        )
+        sums: dict[str, torch.Tensor] = {}
         updates = 0
         early_stopped = False
         for _ in range(s.update_epochs):
@@ -273,36 +329,41 @@ class OnPolicyAlgorithm(ABC):
                     break
                 updates += 1
                 for key, value in stats.items():
-                    sums[key] = sums.get(key, 0.0) + value
+                    sums[key] = sums[key] + value if key in sums else value
             if early_stopped:
                 break
-        metrics = {key: value / max(updates, 1) for key, value in sums.items()}
+        keys = list(sums)
+        values = torch.stack([sums[key].float() for key in keys]).tolist() if keys else []
+        metrics = {key: value / max(updates, 1) for key, value in zip(keys, values, strict=True)}
         metrics["losses/updates"] = float(updates)
         metrics["losses/early_stopped"] = float(early_stopped)
         metrics["policy/std"] = self.policy.log_std.detach().exp().mean().item()
         return metrics
 
-    def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, float] | None:
-        """One gradient step. The policy-gradient terms (surrogate, entropy, KL, clip
-        fraction) weigh each row by `policy_weight`, which leaves out the rows a human
-        chose; the value loss takes every row of the batch (`weight`)."""
+    def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """One gradient step; its statistics as tensors on the device. The
+        policy-gradient terms (surrogate, entropy, KL, clip fraction) weigh each row by
+        `policy_weight`, which leaves out the rows a human chose; the value loss takes
+        every row of the batch (`weight`)."""
         s = self.settings
         weight, policy_weight = mb["weight"], mb["policy_weight"]
         total = weight.sum()
-        log_prob, entropy = self.policy.chunk_log_prob(
-            mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
-        )
+        with self.autocast():
+            log_prob, entropy = self.policy.chunk_log_prob(
+                mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
+            )
         log_ratio = log_prob - mb["log_prob"]
         ratio = log_ratio.exp()
         with torch.no_grad():
             kl_sum = (((ratio - 1) - log_ratio) * policy_weight).sum()
             clipped_sum = (((ratio - 1).abs() > s.clip_ratio).float() * policy_weight).sum()
             # The early stop is one decision for all ranks, on the KL over all rows.
-            kl_sum, policy_rows, all_weight = self.collective.sum_tensor(
-                torch.stack([kl_sum, policy_weight.sum(), total.detach()])
+            kl_sum, clipped_sum, policy_rows, all_weight = self.collective.sum_tensor(
+                torch.stack([kl_sum, clipped_sum, policy_weight.sum(), total.detach()])
             )
-            approx_kl = float(kl_sum / policy_rows.clamp(min=1e-8))
-        if all_weight <= 0:
+            approx_kl = kl_sum / policy_rows.clamp(min=1e-8)
+        weightless_possible = self._weightless_possible or weight.numel() == 0
+        if weightless_possible and all_weight <= 0:
             return {}
         if s.target_kl is not None and approx_kl > s.target_kl:
             return None
@@ -317,32 +378,35 @@ class OnPolicyAlgorithm(ABC):
         entropy_mean = _weighted_mean(entropy, policy_weight)
         loss = policy_loss - s.entropy_coef * entropy_mean
         stats = {
-            "losses/policy_loss": policy_loss.item(),
-            "losses/entropy": entropy_mean.item(),
+            "losses/policy_loss": policy_loss.detach(),
+            "losses/entropy": entropy_mean.detach(),
             "losses/approx_kl": approx_kl,
-            "losses/clip_fraction": float(clipped_sum / policy_weight.sum().clamp(min=1e-8)),
+            "losses/clip_fraction": clipped_sum / policy_rows.clamp(min=1e-8),
         }
         if self.critic is not None:
             value_loss = self._value_loss(mb)
             loss = loss + s.value_loss_coef * value_loss
-            stats["losses/value_loss"] = value_loss.item()
+            stats["losses/value_loss"] = value_loss.detach()
         self.optimizer.zero_grad()
         loss.backward()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self._average_gradients(params, total.detach())
         nn.utils.clip_grad_norm_(params, s.max_grad_norm)
         self.optimizer.step()
-        return stats if total > 0 else {}
+        # A rank whose own rows weigh nothing stepped with the others but has no
+        # statistics of its own to report.
+        return {} if weightless_possible and not total > 0 else stats
 
     def _average_gradients(self, params: list[torch.Tensor], weight: torch.Tensor) -> None:
-        """Each rank's gradient is of a mean over its own rows; the update follows the
+        """Each rank's gradient is the mean over its own rows; the update follows the
         mean over every rank's rows: sum of (rows × gradient) over sum of rows. A rank
         without rows adds nothing, and shrinks nobody's step. One all-reduce of one
         flat buffer per step."""
         if self.collective.world_size == 1:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.ones(1)]) * weight
+        one = torch.ones(1, device=weight.device)
+        flat = torch.cat([g.reshape(-1) for g in grads] + [one]) * weight
         self.collective.sum_tensor(flat)
         flat = flat[:-1] / flat[-1].clamp(min=1e-8)
         offset = 0
@@ -353,7 +417,8 @@ class OnPolicyAlgorithm(ABC):
 
     def _value_loss(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         assert self.critic is not None
-        values = self.critic(mb["obs"])
+        with self.autocast():
+            values = self.critic(mb["obs"]).float()
         errors = (values - mb["returns"]) ** 2
         if self.settings.value_clip is not None:
             clipped = mb["value"] + (values - mb["value"]).clamp(

@@ -26,10 +26,10 @@ class PPO(OnPolicyAlgorithm):
                 batch.policy_success, batch.horizon, s.plan_reward_coef, s.base_h
             )
             last = batch.last_step_index()
-            rewards[last, torch.arange(batch.num_episodes)] += bonus
+            rewards[last, torch.arange(batch.num_episodes, device=rewards.device)] += bonus
         # Every episode ends inside the batch (the time limit bounds T), so nothing
         # is bootstrapped past the last row.
-        last_values = torch.zeros(batch.num_episodes)
+        last_values = torch.zeros(batch.num_episodes, device=rewards.device)
         advantage, returns = compute_gae(
             rewards, batch.value, batch.done, last_values, s.gamma, s.gae_lambda
         )

@@ -194,22 +194,30 @@ class RLPDLearner:
     """The networks, their optimisers and the update schedule."""
 
     def __init__(
-        self, obs_shape: tuple[int, ...] | int, action_dim: int, settings: RLPDSettings
+        self,
+        obs_shape: tuple[int, ...] | int,
+        action_dim: int,
+        settings: RLPDSettings,
+        device: torch.device | str = "cpu",
     ) -> None:
-        """`obs_shape`: a state vector's width (an int or a 1-tuple) or an image's [C, H, W]."""
+        """`obs_shape`: a state vector's width (an int or a 1-tuple) or an image's
+        [C, H, W]; `device`: where the networks, their optimisers and the batches are."""
         shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.settings = settings
+        self.device = torch.device(device)
         hidden = settings.hidden_sizes
-        self.actor = TanhGaussianActor(shape, action_dim, hidden)
+        self.actor = TanhGaussianActor(shape, action_dim, hidden).to(self.device)
         self.critic = CriticEnsemble(
             shape, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
-        )
+        ).to(self.device)
         self.target_critic = CriticEnsemble(
             shape, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
-        )
+        ).to(self.device)
         self.target_critic.load_state_dict(self.critic.state_dict())
         self.target_critic.requires_grad_(False)
-        self.log_temperature = nn.Parameter(torch.tensor(math.log(settings.init_temperature)))
+        self.log_temperature = nn.Parameter(
+            torch.tensor(math.log(settings.init_temperature), device=self.device)
+        )
         self.target_entropy = (
             -action_dim / 2 if settings.target_entropy is None else settings.target_entropy
         )
@@ -231,13 +239,17 @@ class RLPDLearner:
     def temperature(self) -> float:
         return float(self.log_temperature.detach().exp())
 
-    def update(self, sample: Callable[[], Batch]) -> dict[str, float]:
+    def _alpha(self) -> torch.Tensor:
+        """The temperature as a tensor on the device: the update reads no number back."""
+        return self.log_temperature.detach().exp()
+
+    def update(self, sample: Callable[[], Batch]) -> dict[str, torch.Tensor]:
         """One round of the schedule; `sample()` gives a fresh mixed batch each call."""
         for _ in range(self.settings.cta_ratio - 1):
             self.critic_step(sample())
         return self.joint_step(sample())
 
-    def critic_step(self, batch: Batch) -> dict[str, float]:
+    def critic_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic update on the soft Bellman target, then the targets' Polyak step."""
         target = self.td_target(batch)
         predicted = self.critic(batch["obs"], batch["action"])
@@ -248,9 +260,9 @@ class RLPDLearner:
         self.update_targets()
         self.updates += 1
         return {
-            "rlpd/critic_loss": float(loss.detach()),
-            "rlpd/q_predicted": float(predicted.detach().mean()),
-            "rlpd/q_target": float(target.mean()),
+            "rlpd/critic_loss": loss.detach(),
+            "rlpd/q_predicted": predicted.detach().mean(),
+            "rlpd/q_target": target.mean(),
         }
 
     @torch.no_grad()
@@ -259,14 +271,15 @@ class RLPDLearner:
         - α log π(a'|s')), a' drawn from the current actor."""
         settings = self.settings
         next_action, next_log_prob = self.actor.sample(batch["next_obs"])
-        members = torch.randperm(settings.critic_ensemble)[: settings.critic_subsample]
+        members = torch.randperm(settings.critic_ensemble, device=self.device)
+        members = members[: settings.critic_subsample]
         next_q = self.target_critic(batch["next_obs"], next_action)[members].min(0).values
         if settings.backup_entropy:
-            next_q = next_q - self.temperature * next_log_prob
+            next_q = next_q - self._alpha() * next_log_prob
         alive = 1.0 - batch["terminal"].float()
         return batch["reward"] + settings.discount * alive * next_q
 
-    def joint_step(self, batch: Batch) -> dict[str, float]:
+    def joint_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The critic, then the actor against the updated critic, then the temperature."""
         metrics = self.critic_step(batch)
         action, log_prob = self.actor.sample(batch["obs"])
@@ -277,7 +290,7 @@ class RLPDLearner:
             q = self.critic(batch["obs"], action).mean(0)
         finally:
             self.critic.requires_grad_(True)
-        actor_loss = (self.temperature * log_prob - q).mean()
+        actor_loss = (self._alpha() * log_prob - q).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()
@@ -287,10 +300,10 @@ class RLPDLearner:
         self.temperature_optimizer.step()
         return {
             **metrics,
-            "rlpd/actor_loss": float(actor_loss.detach()),
-            "rlpd/temperature": self.temperature,
-            "rlpd/temperature_loss": float(temperature_loss.detach()),
-            "rlpd/entropy": float(-log_prob.detach().mean()),
+            "rlpd/actor_loss": actor_loss.detach(),
+            "rlpd/temperature": self._alpha(),
+            "rlpd/temperature_loss": temperature_loss.detach(),
+            "rlpd/entropy": -log_prob.detach().mean(),
         }
 
     def temperature_loss(self, log_prob: torch.Tensor) -> torch.Tensor:

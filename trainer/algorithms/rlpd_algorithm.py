@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 
 
 def random_actions(count: int, action_dim: int, generator: torch.Generator) -> torch.Tensor:
-    """Uniform actions in [-1, 1]: what the copies do before `training_starts`."""
-    return torch.rand(count, action_dim, generator=generator) * 2 - 1
+    """Uniform actions in [-1, 1]: what the copies do before `training_starts`, drawn on
+    the CPU where the envs step (`generator` is a CPU generator)."""
+    return torch.rand(count, action_dim, generator=generator, device="cpu") * 2 - 1
 
 
 class RLPDAlgorithm:
@@ -32,21 +33,26 @@ class RLPDAlgorithm:
         rlpd: Any,
         num_envs: int,
         generator: torch.Generator,
+        device: torch.device | str = "cpu",
     ) -> None:
         """`rlpd`: the config's `algorithm.rlpd` section; `num_envs`: the env copies one
         step of which pays for `updates_per_step` rounds; `generator` draws the random
-        actions of exploration and the batches."""
+        actions of exploration and the batches; `device`: where the learner and both
+        buffers are (images stay uint8 there)."""
         self.rlpd, self.num_envs, self.action_dim = rlpd, num_envs, action_dim
         self.generator = generator
-        self.learner = RLPDLearner(obs_shape, action_dim, settings)
-        self.online = ReplayBuffer(rlpd.online_capacity)
-        self.demo = ReplayBuffer(rlpd.demo_capacity)
+        self.device = torch.device(device)
+        self.learner = RLPDLearner(obs_shape, action_dim, settings, self.device)
+        self.online = ReplayBuffer(rlpd.online_capacity, self.device)
+        self.demo = ReplayBuffer(rlpd.demo_capacity, self.device)
         self.sampler = MixedSampler(
             self.online, self.demo, rlpd.batch_size, rlpd.demo_fraction, rlpd.training_starts
         )
         self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
         self._online_only = False  # the last state of the sampler the log was told
-        self.update_metrics: list[dict[str, float]] = []
+        # Each update round's statistics, tensors on the device until the iteration
+        # reads them (`update_means`).
+        self.update_metrics: list[dict[str, torch.Tensor]] = []
         self.update_seconds = 0.0
 
     def exploring(self) -> bool:
@@ -54,11 +60,20 @@ class RLPDAlgorithm:
         return len(self.online) < self.rlpd.training_starts
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions for copies stepping in this process: random while exploring, else the
-        actor's."""
+        """Actions (on the CPU) for copies stepping in this process: random while
+        exploring, else the actor's."""
         if self.exploring():
             return random_actions(obs.shape[0], self.action_dim, self.generator)
-        return self.learner.actor.act(obs)
+        return self.learner.actor.act(obs.to(self.device)).cpu()
+
+    def update_means(self) -> dict[str, float]:
+        """This iteration's update statistics averaged, read from the device at once."""
+        rows = self.update_metrics
+        keys = sorted(set().union(*rows)) if rows else []
+        means = [
+            torch.stack([row[key] for row in rows if key in row]).float().mean() for key in keys
+        ]
+        return dict(zip(keys, torch.stack(means).tolist(), strict=True)) if keys else {}
 
     def start_iteration(self) -> None:
         self.update_metrics, self.update_seconds = [], 0.0

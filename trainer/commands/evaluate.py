@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from trainer.config.errors import ConfigError, ConfigProblem
+from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.schema import ExperimentConfig
 from trainer.envs.vector_env import VectorEnv
 from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
 from trainer.link.reporter import EvalReporter, report_failure, run_link
-from trainer.runner.build import build_components
+from trainer.runner.build import build_components, compute_device
 from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
 from trainer.whereabouts import ProcessReport
 
@@ -141,10 +141,11 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
         tasks = asked if asked is not None else every if args.suite else task_ids
         unknown = [task for task in tasks if task >= env.num_tasks]
         if unknown:
-            problem = ConfigProblem(
-                "--tasks",
+            problem = ConfigIssue(
+                "eval.tasks",
                 f"{config.env.name} has tasks 0..{env.num_tasks - 1}, not "
                 + ", ".join(map(str, unknown)),
+                ("--tasks",),
             )
             return _refused(ConfigError([problem]), reporter)
         done: list[int] = []
@@ -183,7 +184,8 @@ def _policy_and_env(
         from trainer.runner.rlpd_runner import build_env, rlpd_settings
 
         env = build_env(config)
-        learner = RLPDLearner(env.obs_shape, env.action_dim, rlpd_settings(config))
+        device = compute_device(config)
+        learner = RLPDLearner(env.obs_shape, env.action_dim, rlpd_settings(config), device)
         learner.load_state_dict(state["learner"])
         tasks = list(config.env.task_ids or range(env.num_tasks))
         return OneActionPlans(learner.actor, env.action_dim), env, tasks, [1], 1

@@ -150,6 +150,20 @@ class ActorConfig(Section):
     model: ModelConfig = ModelConfig()
     learning_rate: float = Field(1e-3, gt=0, description="Adam step size (actor and critic).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per step.")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="Where each process that computes (an actor rank, its rollout worker, "
+        "RLPD's learner) runs its models, data and updates: auto (the GPU of the process's "
+        "local rank among those its placement lets it see, else the CPU), cpu, cuda, or "
+        "cuda:N (the N-th GPU it sees). Envs always step on the CPU. A device the process "
+        "does not see is a config error.",
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Forward passes in fp32, or in bf16 under autocast (weights and "
+        "optimizer state stay fp32). On GPUs, fp32 matmuls use TF32.",
+    )
 
 
 class CriticConfig(Section):

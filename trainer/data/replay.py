@@ -55,9 +55,9 @@ class ReplayBuffer:
             batch = {name: t[rows - self.capacity :] for name, t in batch.items()}
             self.added += rows - self.capacity
             rows = self.capacity
-        positions = (self.cursor + torch.arange(rows)) % self.capacity
+        positions = (self.cursor + torch.arange(rows, device=self.device)) % self.capacity
         for name, tensor in batch.items():
-            self.fields[name][positions.to(self.device)] = tensor.to(self.device)
+            self.fields[name][positions] = tensor.to(self.device)
         self.cursor = (self.cursor + rows) % self.capacity
         self.size = min(self.capacity, self.size + rows)
         self.added += rows
@@ -71,12 +71,16 @@ class ReplayBuffer:
         """`count` row positions drawn uniformly with replacement, on the buffer's device."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty buffer")
-        return torch.randint(self.size, (count,), generator=generator).to(self.device)
+        # Drawn by a CPU generator (the same rows on any device), then moved.
+        rows = torch.randint(self.size, (count,), generator=generator, device="cpu")
+        return rows.to(self.device)
 
     def ordered(self) -> Batch:
         """The stored rows, oldest first."""
-        order = (self.cursor - self.size + torch.arange(self.size)) % self.capacity
-        return {name: t.index_select(0, order.to(self.device)) for name, t in self.fields.items()}
+        order = (
+            self.cursor - self.size + torch.arange(self.size, device=self.device)
+        ) % self.capacity
+        return {name: t.index_select(0, order) for name, t in self.fields.items()}
 
     def state_dict(self) -> dict:
         """The stored rows where they lie in the ring, and the counters: a buffer loaded

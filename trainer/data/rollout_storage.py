@@ -151,7 +151,7 @@ class Trajectories:
         return Trajectories(**values)
 
     def with_loss_mask(self, loss_mask: torch.Tensor) -> Trajectories:
-        return replace(self, loss_mask=loss_mask.to(torch.float32))
+        return replace(self, loss_mask=loss_mask.to(self.loss_mask.device, torch.float32))
 
     def last_step_index(self) -> torch.Tensor:
         """Row of each episode's final decision ``[B]``."""
@@ -162,26 +162,34 @@ class Trajectories:
         weight in the policy-gradient terms (0 where the policy did not choose the
         action: a human's step or a safety hold)."""
         valid = self.valid
-        weight = (self.loss_mask[None, :].expand_as(valid)).to(torch.float32)
+        # The valid rows found once (one read of the device), then selected from each
+        # field's [T * B] rows: a boolean mask per field would find them again each time.
+        rows = valid.reshape(-1).nonzero().squeeze(1)
+
+        def selected(values: torch.Tensor) -> torch.Tensor:
+            return values.reshape(-1, *values.shape[2:]).index_select(0, rows)
+
+        weight = self.loss_mask[None, :].expand_as(valid).to(torch.float32)
         columns = {
-            name: getattr(self, name)[valid]
+            name: selected(getattr(self, name))
             for name in TRAINING_KEYS
             if name not in ("weight", "policy_weight")
         }
-        columns["weight"] = weight[valid]
-        columns["policy_weight"] = (weight * ~self.not_the_policys)[valid]
+        columns["weight"] = selected(weight)
+        columns["policy_weight"] = selected(weight * ~self.not_the_policys)
         return columns
 
 
 def empty_training_samples(
-    obs_shape: tuple[int, ...], chunk: int, action_dim: int
+    obs_shape: tuple[int, ...], chunk: int, action_dim: int, device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
     """No training rows, shaped like real ones: what a rank without a task this
     iteration trains on while it joins the others' gradient sync."""
-    rows: dict[str, torch.Tensor] = {name: torch.zeros(0) for name in TRAINING_KEYS}
-    rows["obs"] = rows["plan_obs"] = torch.zeros(0, *obs_shape)
-    rows["actions"] = torch.zeros(0, chunk, action_dim)
-    rows["chunk_offset"] = rows["plan_horizon"] = torch.zeros(0, dtype=torch.long)
+    rows = {name: torch.zeros(0, device=device) for name in TRAINING_KEYS}
+    rows["obs"] = rows["plan_obs"] = torch.zeros(0, *obs_shape, device=device)
+    rows["actions"] = torch.zeros(0, chunk, action_dim, device=device)
+    long = torch.zeros(0, dtype=torch.long, device=device)
+    rows["chunk_offset"] = rows["plan_horizon"] = long
     return rows
 
 
@@ -198,10 +206,15 @@ def concat_trajectories(parts: list[Trajectories]) -> Trajectories:
 class RolloutStorage:
     """Collects ``Transition``s of one round and turns them into ``Trajectories``."""
 
-    def __init__(self, num_steps: int, num_envs: int, chunk: int = 1) -> None:
+    def __init__(
+        self, num_steps: int, num_envs: int, chunk: int = 1, device: torch.device | str = "cpu"
+    ) -> None:
+        """`device`: where the transitions are (what the algorithm adds) and where the
+        finished trajectories are made."""
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.chunk = chunk
+        self.device = torch.device(device)
         self._rows: list[Transition] = []
 
     @property
@@ -242,12 +255,13 @@ class RolloutStorage:
                 if name == "done":
                     pad = torch.ones_like(pad)
                 stacked[name] = torch.cat([value, pad])
-        steps = torch.arange(self.num_steps).unsqueeze(1)
+        device = self.device
+        steps = torch.arange(self.num_steps, device=device).unsqueeze(1)
         plan_step = (steps - stacked["chunk_offset"] // self.chunk).clamp(min=0)
         # Rows of the flattened [T * B] observations: row selection copies whole
         # observations, several times faster on the CPU than a gather over T.
         obs = stacked["obs"]
-        rows = (plan_step * self.num_envs + torch.arange(self.num_envs)).view(-1)
+        rows = (plan_step * self.num_envs + torch.arange(self.num_envs, device=device)).view(-1)
         plan_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows)
         stacked["plan_obs"] = plan_obs.view(obs.shape)
         stacked["plan_horizon"] = horizon.long().expand(self.num_steps, -1).clone()
@@ -268,17 +282,17 @@ class RolloutStorage:
         return Trajectories(
             **stacked,
             valid=valid,
-            value=torch.zeros(self.num_steps, batch),
-            advantage=torch.zeros(self.num_steps, batch),
-            returns=torch.zeros(self.num_steps, batch),
-            task_id=torch.full((batch,), task_id, dtype=torch.long),
+            value=torch.zeros(self.num_steps, batch, device=device),
+            advantage=torch.zeros(self.num_steps, batch, device=device),
+            returns=torch.zeros(self.num_steps, batch, device=device),
+            task_id=torch.full((batch,), task_id, dtype=torch.long, device=device),
             init_state_index=init_state_index.long(),
             group_index=group_index.long(),
             horizon=horizon.long(),
             episode_success=stacked["success"].any(0),
             episode_return=stacked["env_reward"].sum(0),
             episode_length=stacked["executed_actions"].sum(0),
-            loss_mask=torch.ones(batch),
+            loss_mask=torch.ones(batch, device=device),
         )
 
 
@@ -290,8 +304,9 @@ def minibatches(
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Shuffle the rows and split them into ``num_minibatches`` near-equal parts
     (with ``keep_empty``, always that many, some empty when there are fewer rows)."""
-    count = next(iter(samples.values())).shape[0]
-    order = torch.randperm(count, generator=generator)
+    first = next(iter(samples.values()))
+    # Drawn on the CPU (`generator` is a CPU generator): the same shuffle on any device.
+    order = torch.randperm(first.shape[0], generator=generator, device="cpu").to(first.device)
     for part in torch.tensor_split(order, num_minibatches):
         if part.numel() or keep_empty:
             # index_select: several times faster than advanced indexing on CPU

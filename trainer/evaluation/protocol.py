@@ -40,7 +40,7 @@ class OneActionPlans(nn.Module):
         steps: int | None = None, chunk: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         action = self.actor.act(obs, deterministic=True)
-        return action.unsqueeze(1), torch.zeros(obs.shape[0], 1)
+        return action.unsqueeze(1), torch.zeros(obs.shape[0], 1, device=action.device)
 
 
 @dataclass
@@ -175,20 +175,23 @@ def _episodes(
     chunk: int,
     steps: int,
 ) -> torch.Tensor:
-    """One episode per slot; whether each succeeded before its first end."""
+    """One episode per slot; whether each succeeded before its first end. The policy
+    decides on its own device; the env steps on the CPU."""
+    device = next(policy.parameters()).device
     obs = env.reset(task_id, init_states)
-    plans = PlanCache(torch.full((env.num_envs,), horizon), chunk, policy.max_horizon)
-    ended = torch.zeros(env.num_envs, dtype=torch.bool)
-    success = torch.zeros(env.num_envs, dtype=torch.bool)
+    horizons = torch.full((env.num_envs,), horizon, device="cpu")
+    plans = PlanCache(horizons, chunk, policy.max_horizon, device)
+    ended = torch.zeros(env.num_envs, dtype=torch.bool, device="cpu")
+    success = torch.zeros(env.num_envs, dtype=torch.bool, device="cpu")
     for _ in range(steps):
         replan, replan_horizons, plan_steps = plans.replan_slots()
         if replan.numel():
             plan, log_probs = policy.sample_plan(
-                obs.index_select(0, replan), replan_horizons, deterministic=True,
+                obs.to(device).index_select(0, replan), replan_horizons, deterministic=True,
                 steps=plan_steps, chunk=chunk,
             )  # fmt: skip
             plans.store(replan, plan, log_probs)
-        actions = plans.next_chunk().actions[..., : policy.env_action_dim]
+        actions = plans.next_chunk().actions[..., : policy.env_action_dim].cpu()
         step = env.step(actions)
         success |= step.success & ~ended
         ended |= step.done

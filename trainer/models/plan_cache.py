@@ -41,6 +41,10 @@ class ChunkDraw:
     offsets: torch.Tensor  # [B] long: where the chunk starts in its plan
     horizons: torch.Tensor  # [B] long, the cache's horizons (fixed for its lifetime)
 
+    def to(self, device: torch.device) -> ChunkDraw:
+        """The same draw on `device` (a rollout worker's draws arrive on the CPU)."""
+        return ChunkDraw(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+
 
 @dataclass(frozen=True)
 class _Phase:
@@ -64,17 +68,27 @@ class PlanCache:
     ``restart()`` begins a new round (offsets back to 0) and keeps the schedule.
     """
 
-    def __init__(self, horizons: torch.Tensor, chunk: int, max_horizon: int) -> None:
+    def __init__(
+        self,
+        horizons: torch.Tensor,
+        chunk: int,
+        max_horizon: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        """`horizons` on the CPU; the plans and every index live on `device`. The
+        schedule is worked out on the CPU, so walking it never waits for the device."""
         if bool((horizons % chunk != 0).any()):
             raise ValueError(f"every horizon must be a multiple of the chunk size {chunk}")
         if int(horizons.max()) > max_horizon:
             raise ValueError(f"horizons exceed the policy's max horizon {max_horizon}")
         if max_horizon % chunk:
             raise ValueError(f"the max horizon {max_horizon} must be a multiple of {chunk}")
-        self.horizons = horizons.clone()
+        self.schedule_horizons = horizons.cpu().clone()
+        self.device = torch.device(device)
+        self.horizons = self.schedule_horizons.to(self.device)
         self.chunk = chunk
         self.max_horizon = max_horizon
-        self.period = math.lcm(*(h // chunk for h in set(self.horizons.tolist())))
+        self.period = math.lcm(*(h // chunk for h in set(self.schedule_horizons.tolist())))
         self._phases: dict[int, _Phase] = {}
         self.chunks_per_plan = max_horizon // chunk
         self.plans: torch.Tensor | None = None  # [B, max_horizon, action_dim]
@@ -89,7 +103,7 @@ class PlanCache:
         return (
             chunk == self.chunk
             and max_horizon == self.max_horizon
-            and torch.equal(horizons, self.horizons)
+            and torch.equal(horizons.cpu(), self.schedule_horizons)
         )
 
     def restart(self) -> None:
@@ -145,16 +159,17 @@ class PlanCache:
         key = self.decision % self.period
         phase = self._phases.get(key)
         if phase is None:
-            offsets = (key * self.chunk) % self.horizons
+            offsets = (key * self.chunk) % self.schedule_horizons
             replan = (offsets == 0).nonzero().squeeze(1)
-            replan_horizons = self.horizons.index_select(0, replan)
-            slots = torch.arange(self.batch_size)
+            replan_horizons = self.schedule_horizons.index_select(0, replan)
+            slots = torch.arange(self.batch_size, device="cpu")
+            device = self.device
             phase = _Phase(
-                replan=replan,
-                replan_horizons=replan_horizons,
+                replan=replan.to(device),
+                replan_horizons=replan_horizons.to(device),
                 plan_steps=int(replan_horizons.max()) if replan.numel() else 0,
-                offsets=offsets,
-                chunk_rows=slots * self.chunks_per_plan + offsets // self.chunk,
+                offsets=offsets.to(device),
+                chunk_rows=(slots * self.chunks_per_plan + offsets // self.chunk).to(device),
             )
             self._phases[key] = phase
         return phase

@@ -52,11 +52,13 @@ class GaussianChunkPolicy(nn.Module):
         nn.init.zeros_(last.bias)
 
     def plan_mean(self, obs: torch.Tensor, horizons: torch.Tensor) -> torch.Tensor:
-        """Mean of the plan ``[B, max_horizon, action_dim]``."""
+        """Mean of the plan ``[B, max_horizon, action_dim]``, in float32 also when the
+        network ran in bf16 (autocast): sampling and log-probs are float32 math, the
+        same at rollout and in the update."""
         features = self.encoder(obs)
         horizon_feature = (horizons.to(features.dtype) / self.max_horizon).unsqueeze(1)
         mean = self.head(torch.cat([features, horizon_feature], dim=1))
-        return mean.view(-1, self.max_horizon, self.action_dim)
+        return mean.float().view(-1, self.max_horizon, self.action_dim)
 
     def distribution(self, obs: torch.Tensor, horizons: torch.Tensor) -> Normal:
         mean = self.plan_mean(obs, horizons)

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 
 from trainer.algorithms import ALGORITHMS, OnPolicyAlgorithm, OnPolicySettings
-from trainer.config.errors import ConfigError, ConfigProblem
+from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.schema import ExperimentConfig
+from trainer.devices import enable_fast_matmul, local_rank, resolve_device
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
@@ -51,22 +52,24 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
     )
 
 
-def _env_problems(config: ExperimentConfig, env: VectorEnv) -> list[ConfigProblem]:
+def _env_problems(config: ExperimentConfig, env: VectorEnv) -> list[ConfigIssue]:
     problems = []
     for index, task_id in enumerate(config.env.task_ids or []):
         if task_id >= env.num_tasks:
             problems.append(
-                ConfigProblem(
-                    f"env.task_ids[{index}]",
+                ConfigIssue(
+                    "env.task_ids",
                     f"{config.env.name} has tasks 0..{env.num_tasks - 1}, not {task_id}",
+                    ("env", "task_ids", index),
                 )
             )
     if config.actor.model.action_dim < env.action_dim:
         problems.append(
-            ConfigProblem(
+            ConfigIssue(
                 "actor.model.action_dim",
                 f"{config.actor.model.action_dim} is fewer than the env's {env.action_dim} "
                 "action dims",
+                ("actor", "model", "action_dim"),
             )
         )
     return problems
@@ -88,6 +91,14 @@ def env_options(config: ExperimentConfig) -> dict[str, Any]:
         "camera": config.env.camera,
         **only_some,
     }
+
+
+def compute_device(config: ExperimentConfig) -> torch.device:
+    """Where this process computes (`actor.device`, resolved against the GPUs it sees),
+    with TF32 matmuls on a GPU."""
+    device = resolve_device(config.actor.device, "actor.device", local_rank())
+    enable_fast_matmul(device)
+    return device
 
 
 def copies_per_rank(config: ExperimentConfig) -> int:
@@ -124,6 +135,7 @@ def build_components(
     and algorithm."""
     model = config.actor.model
     algorithm_config = config.algorithm
+    device = compute_device(config)  # before any env worker starts
     if env is None:
         try:
             env = make_vector_env(
@@ -153,6 +165,8 @@ def build_components(
         settings_from_config(config),
         chunk=model.num_action_chunks,
         generator=generator,
+        device=device,
+        precision=config.actor.precision,
     )
     task_ids = list(config.env.task_ids) if config.env.task_ids else list(range(env.num_tasks))
     return Components(env=env, algorithm=algorithm, task_ids=task_ids)

@@ -30,15 +30,16 @@ def run_round(
 ) -> Trajectories:
     """Every env slot runs one episode of ``task_id`` from its init state. With
     ``stages`` > 1 the copies are stepped in pipeline stages (`_pipelined_round`)."""
-    indices = torch.tensor(init_state_indices, dtype=torch.long)
-    groups = first_group_index + torch.arange(env.num_envs) // group_size
+    # What the CPU envs are told; the algorithm moves what it keeps to its device.
+    indices = torch.tensor(init_state_indices, dtype=torch.long, device="cpu")
+    groups = first_group_index + torch.arange(env.num_envs, device="cpu") // group_size
     if stages > 1:
         return _pipelined_round(
             env, algorithm, task_id, indices, groups, horizons, num_steps, stages
         )
     obs = env.reset(task_id, env.init_states(task_id)[indices])
     algorithm.start_round(horizons, num_steps)
-    ended = torch.zeros(env.num_envs, dtype=torch.bool)
+    ended = torch.zeros(env.num_envs, dtype=torch.bool, device="cpu")
     for _ in range(num_steps):
         step = env.step(algorithm.act(obs))
         algorithm.process_env_step(step)
@@ -87,7 +88,7 @@ def _pipelined_round(
         in_flight.append(env.step_async(actions, workers[stage]))
         lanes.append(algorithm.swap_rollout(RolloutState()))
     algorithm.swap_rollout(original)
-    ended = [torch.zeros(size, dtype=torch.bool) for size in sizes]
+    ended = [torch.zeros(size, dtype=torch.bool, device="cpu") for size in sizes]
     for step_index in range(num_steps):
         for stage, calls in enumerate(in_flight):
             if calls is None:
@@ -169,8 +170,9 @@ def collect_exact_batch(
     masked = 0
     if kept_count < data_batch_size:
         masked = data_batch_size - kept_count
-        filler = concat_trajectories(set_aside).select(torch.arange(masked))
-        kept.append(filler.with_loss_mask(torch.zeros(masked)))
+        filler = concat_trajectories(set_aside)
+        filler = filler.select(torch.arange(masked, device=filler.valid.device))
+        kept.append(filler.with_loss_mask(torch.zeros(masked, device=filler.valid.device)))
         warning = (
             f"group filter: only {kept_count} of {data_batch_size} trajectories came from "
             f"groups whose scores differ after {rounds} rounds "
@@ -179,7 +181,7 @@ def collect_exact_batch(
         log.warning(warning)
     batch = concat_trajectories(kept)
     return CollectedBatch(
-        batch=batch.select(torch.arange(data_batch_size)),
+        batch=batch.select(torch.arange(data_batch_size, device=batch.valid.device)),
         episodes=episodes,
         rounds=rounds,
         masked_trajectories=masked,

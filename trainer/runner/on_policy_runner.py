@@ -28,6 +28,7 @@ from trainer.data.samplers import (
     round_init_state_indices,
     shard_tasks,
 )
+from trainer.devices import gpu_rng_state, load_gpu_rng_state
 from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
@@ -154,7 +155,7 @@ class OnPolicyRunner(TrainingLoop):
         if collected is None:
             model = self.algorithm.policy
             rows = empty_training_samples(
-                self.env.obs_shape, self.algorithm.chunk, model.action_dim
+                self.env.obs_shape, self.algorithm.chunk, model.action_dim, self.algorithm.device
             )
         else:
             rows = self.algorithm.compute_returns(collected.batch).training_samples()
@@ -197,6 +198,7 @@ class OnPolicyRunner(TrainingLoop):
             "init_states": self.init_states.state_dict(),
             "next_group_index": self.next_group_index,
             "torch_rng": torch.get_rng_state(),
+            **gpu_rng_state(self.algorithm.device),
             "minibatch_rng": self.minibatch_generator.get_state(),
         }
 
@@ -225,6 +227,7 @@ class OnPolicyRunner(TrainingLoop):
         self.init_states.load_state_dict(mine["init_states"])
         self.next_group_index = mine["next_group_index"]
         torch.set_rng_state(mine["torch_rng"])
+        load_gpu_rng_state(mine, self.algorithm.device)
         self.minibatch_generator.set_state(mine["minibatch_rng"])
 
     def summary(self, metrics: dict[str, float]) -> str:

@@ -50,10 +50,12 @@ def run_episodes(
     `on_step` gets each step's transitions of the copies still in their episode."""
     obs = env.reset(task_id, init_states)
     copies = env.num_envs
-    running = torch.ones(copies, dtype=torch.bool)
-    success = torch.zeros(copies, dtype=torch.bool)
-    returns, lengths = torch.zeros(copies), torch.zeros(copies)
-    intervened_steps, held_steps = torch.zeros(copies), torch.zeros(copies)
+    # Kept beside the CPU envs, whatever device the actor is on.
+    cpu = torch.device("cpu")
+    running = torch.ones(copies, dtype=torch.bool, device=cpu)
+    success = torch.zeros(copies, dtype=torch.bool, device=cpu)
+    returns, lengths = torch.zeros(copies, device=cpu), torch.zeros(copies, device=cpu)
+    intervened_steps, held_steps = torch.zeros(copies, device=cpu), torch.zeros(copies, device=cpu)
     while bool(running.any()):
         actions = act(obs)
         step = env.step(actions)

@@ -35,11 +35,12 @@ from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
 from trainer.data.replay import compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
+from trainer.devices import gpu_rng_state, load_gpu_rng_state
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
 from trainer.link.environment import Link
-from trainer.runner.build import env_options
+from trainer.runner.build import compute_device, env_options
 from trainer.runner.checkpoints import (
     checkpoint_path,
     latest_checkpoint,
@@ -149,7 +150,7 @@ class RLPDRunner(TrainingLoop):
             task_ids = self._task_ids()
             self.algorithm = RLPDAlgorithm(
                 self.obs_shape, self.action_dim, rlpd_settings(config), config.algorithm.rlpd,
-                self.num_envs, self.generator,
+                self.num_envs, self.generator, compute_device(config),
             )  # fmt: skip
             self.demos_loaded = self._load_demos()
         except BaseException:
@@ -221,7 +222,7 @@ class RLPDRunner(TrainingLoop):
         counts[f"task{task_id}_success_count"] = float(success.sum())
         counts[f"task{task_id}_total_count"] = float(copies)
         metrics = rates_from_counts(counts)
-        metrics.update(_mean(update_metrics))
+        metrics.update(algorithm.update_means())
         # Critic updates per transition stored this iteration: RLPD's update-to-data ratio.
         metrics["rlpd/utd"] = (
             len(update_metrics) * self.config.algorithm.rlpd.cta_ratio / max(env_steps, 1)
@@ -276,6 +277,7 @@ class RLPDRunner(TrainingLoop):
             "task_cursor": self.task_cursor.position,
             "init_states": self.init_states.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            **gpu_rng_state(self.algorithm.device),
             "sampling_rng": self.generator.get_state(),
             "config": self.config.model_dump(mode="json"),
         }
@@ -298,16 +300,10 @@ class RLPDRunner(TrainingLoop):
         self.task_cursor.position = state["task_cursor"]
         self.init_states.load_state_dict(state["init_states"])
         torch.set_rng_state(state["torch_rng"])
+        load_gpu_rng_state(state, self.algorithm.device)
         self.generator.set_state(state["sampling_rng"])
         buffers = latest_checkpoint(self.buffer_dir)
         if buffers is not None:
             self.algorithm.load_buffers(load_checkpoint(buffers))
             if buffers != checkpoint_path(self.buffer_dir, self.iteration):
                 log.warning("resumed iteration %d with the buffers of %s", self.iteration, buffers)
-
-
-def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
-    if not rows:
-        return {}
-    keys = set().union(*rows)
-    return {k: sum(r[k] for r in rows if k in r) / sum(k in r for r in rows) for k in keys}

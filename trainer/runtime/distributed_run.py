@@ -26,6 +26,7 @@ decides the next group's actions (trainer.runner.collection).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ from trainer.cluster import Plan, cluster_from_dict, resolve_placement
 from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
-from trainer.runner.build import copies_per_rank, env_options
+from trainer.devices import visible_gpus
+from trainer.runner.build import compute_device, copies_per_rank, env_options
 from trainer.runtime.ray_calls import answer, connect, has_failed
 from trainer.runtime.shared_folder import check_shared_folder, reads_back
 from trainer.whereabouts import ProcessReport
@@ -86,7 +88,11 @@ class ActorRank:
         world_size: int,
         node_rank: int,
         reports: Any,
+        local_rank: int = 0,
     ) -> None:
+        """`local_rank`: this rank's index among the actor ranks on its node, which
+        `actor.device: auto` picks its GPU by when the process sees the node's GPUs."""
+        os.environ["LOCAL_RANK"] = str(local_rank)
         self.config = ExperimentConfig.model_validate(config)
         self.output_dir = Path(output_dir)
         self.rank, self.world_size, self.node_rank = rank, world_size, node_rank
@@ -127,8 +133,14 @@ class ActorRank:
 
         node_ip = ray.util.get_node_ip_address()
         pin_socket_interfaces(node_ip)  # before the group forms: gloo reads it then
+        device = compute_device(self.config)
+        if backend == "nccl" and device.type != "cuda":
+            raise ConfigError.single(
+                "actor.device",
+                f"actor rank {self.rank} has no GPU for NCCL: it sees {visible_gpus()}",
+            )
         self.collective = TorchCollective(
-            self.rank, self.world_size, address, port, backend=backend, timeout_s=timeout_s
+            self.rank, self.world_size, address, port, backend, timeout_s, device
         )
         env = None
         if env_workers:
@@ -211,13 +223,17 @@ def train_distributed(
     connect()
     processes = plan.components[ACTOR]
     world_size = len(processes)
-    backend = "nccl" if any(p.visible_accelerators for p in processes) else "gloo"
+    # NCCL when every rank computes on a GPU its placement gives it, else gloo.
+    on_gpus = config.actor.device != "cpu" and all(p.visible_accelerators for p in processes)
+    backend = "nccl" if on_gpus else "gloo"
+    local_ranks = _local_ranks(processes)
     shards = assign_env_shards(plan.components.get(ENV, []), world_size, copies_per_rank(config))
     shard_of = {shard.process.process_rank: shard for block in shards for shard in block}
     reports = Queue()
     settings = config.model_dump(mode="json")
     rank_args = lambda process: (  # noqa: E731
         settings, str(output_dir), process.process_rank, world_size, process.node_rank, reports,
+        local_ranks[process.process_rank],
     )  # fmt: skip
     env_args = env_worker_args(config.env.name, env_options(config))
     rollouts = plan.components.get(ROLLOUT, [])
@@ -333,3 +349,13 @@ def _relay(
             on_checkpoint(iteration, Path(payload))
         elif kind == "recovered" and on_recovery is not None:
             on_recovery(iteration, payload)
+
+
+def _local_ranks(processes: list[Any]) -> dict[int, int]:
+    """Each actor rank's index among the actor ranks of its node, in rank order."""
+    seen: dict[int, int] = {}
+    local: dict[int, int] = {}
+    for process in sorted(processes, key=lambda p: p.process_rank):
+        local[process.process_rank] = seen.get(process.node_rank, 0)
+        seen[process.node_rank] = local[process.process_rank] + 1
+    return local

@@ -292,7 +292,8 @@ class RLPDActors:
         if due <= 0 or (not force and due < self.publish_every):
             return
         weights = algorithm.learner.actor.state_dict()
-        state = ray.put({name: tensor.detach() for name, tensor in weights.items()})
+        # On the CPU: the actors act there, whatever device the learner is on.
+        state = ray.put({name: tensor.detach().cpu() for name, tensor in weights.items()})
         for worker, handle in enumerate(self.workers):
             ref = handle.set_weights.remote(version, state)
             self.publications.append(_Publication(ref, worker, now))

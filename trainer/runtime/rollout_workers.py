@@ -43,13 +43,16 @@ class RolloutWorker:
             torch.set_num_threads(self.config.runner.torch_threads)
         self.policy: nn.Module | None = None
         self.cache: PlanCache | None = None
+        self.device = torch.device("cpu")  # prepare() resolves actor.device
 
     def prepare(self, obs_shape: tuple[int, ...], env_action_dim: int) -> dict[str, Any]:
-        """Build the policy for the rank's env; where this process is, for the run page."""
-        from trainer.runner.build import build_policy
+        """Build the policy for the rank's env, on this process's `actor.device`; where
+        this process is, for the run page."""
+        from trainer.runner.build import build_policy, compute_device
 
+        self.device = compute_device(self.config)
         self.policy = build_policy(self.config, tuple(obs_shape), env_action_dim)
-        self.policy.eval()
+        self.policy.to(self.device).eval()
         node_ip = ray.util.get_node_ip_address()
         return ProcessReport.here(ROLLOUT, self.rank, self.node_rank, node_ip).to_json()
 
@@ -64,13 +67,15 @@ class RolloutWorker:
         if self.cache is not None and self.cache.same_schedule(horizons, chunk, max_horizon):
             self.cache.restart()
         else:
-            self.cache = PlanCache(horizons, chunk, max_horizon)
+            self.cache = PlanCache(horizons, chunk, max_horizon, self.device)
         torch.manual_seed(seed)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> ChunkDraw:
         assert self.policy is not None and self.cache is not None, "start_round() first"
-        return decide(self.policy, self.cache, obs, self.config.actor.model.num_action_chunks)
+        chunk = self.config.actor.model.num_action_chunks
+        # On the CPU both ways: the rank may compute elsewhere, or on no GPU.
+        return decide(self.policy, self.cache, obs.to(self.device), chunk).to(torch.device("cpu"))
 
 
 class RemoteDecider:
@@ -87,12 +92,12 @@ class RemoteDecider:
     ) -> None:
         weights = None
         if version != self.sent_version:
-            weights = {name: t.detach() for name, t in policy.state_dict().items()}
+            weights = {name: t.detach().cpu() for name, t in policy.state_dict().items()}
             self.sent_version = version
         self._answer(self.handle.start_round.remote(horizons, weights, seed), "starting a round")
 
     def act(self, obs: torch.Tensor) -> ChunkDraw:
-        return self._answer(self.handle.act.remote(obs), "deciding")
+        return self._answer(self.handle.act.remote(obs.cpu()), "deciding")
 
     def _answer(self, ref: Any, doing: str) -> Any:
         where = (

@@ -122,26 +122,34 @@ def _policy(kind, obs_shape, action_dim=8):
     )
 
 
-def test_training_recomputes_exactly_the_rollout_log_probs():
+# bf16: the network's products round to 8 bits of mantissa, and a row's product may
+# round differently in a batch of another size; sampling and log-probs are float32.
+TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_recomputes_exactly_the_rollout_log_probs(precision):
     """Through the real rollout path: the plan cache, the storage (which finds each
     row's plan observation from its offset) and the algorithm's round."""
     torch.manual_seed(0)
     env = BuiltinReachEnv(num_envs=6, max_episode_steps=20)
     policy = _policy("mlp", env.obs_shape)
     assert isinstance(policy, ChunkedPolicy)
-    algorithm = PPO(policy, None, OnPolicySettings(), chunk=5)
+    algorithm = PPO(policy, None, OnPolicySettings(), chunk=5, precision=precision)
     horizons = assign_horizons([5, 10, 15], 6)
     # 40-step episodes of 20 actions: some end early (success), every slot replans
     batch = run_round(env, algorithm, 0, list(range(6)), horizons, num_steps=4)
     valid = batch.valid
     assert {int(o) for o in batch.chunk_offset[valid]} == {0, 5, 10}
-    log_prob, entropy = policy.chunk_log_prob(
-        batch.plan_obs[valid],
-        batch.plan_horizon[valid],
-        batch.chunk_offset[valid],
-        batch.actions[valid],
-    )
-    assert torch.allclose(log_prob, batch.log_prob[valid], atol=1e-5, rtol=0)
+    with algorithm.autocast():
+        log_prob, entropy = policy.chunk_log_prob(
+            batch.plan_obs[valid],
+            batch.plan_horizon[valid],
+            batch.chunk_offset[valid],
+            batch.actions[valid],
+        )
+    assert log_prob.dtype == torch.float32
+    assert torch.allclose(log_prob, batch.log_prob[valid], atol=TOLERANCE[precision], rtol=0)
     assert log_prob.requires_grad
     per_dim = 0.5 + 0.5 * torch.log(torch.tensor(2 * torch.pi)) + policy.log_std[:7]
     assert torch.allclose(entropy, 5 * per_dim.sum().expand(len(log_prob)), atol=1e-5)

@@ -1,0 +1,202 @@
+"""Training on a CUDA GPU: PPO, GRPO and RLPD iterations on the built-in env, bf16,
+checkpoints that cross between GPU and CPU, and a two-process NCCL group.
+
+Skipped without CUDA. Imports only the trainer (torch, numpy, pydantic, ruamel.yaml):
+on a bare CUDA machine, from a copy of the repo,
+
+    python -m pytest tests/gpu --noconftest -p no:cacheprovider -q
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
+from trainer.config import load_config
+from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
+from trainer.runner.on_policy_runner import OnPolicyRunner
+from trainer.runner.rlpd_runner import RLPDRunner
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+REPO = Path(__file__).resolve().parents[2]
+CUDA = torch.device("cuda", 0)
+
+
+def _config(tmp_path: Path, example: str, *overrides: str):
+    return load_config(
+        REPO / "examples" / example,
+        ["runner.progress=false", f"runner.output_dir={tmp_path}", *overrides],
+    )
+
+
+def _devices(module: torch.nn.Module) -> set[str]:
+    return {p.device.type for p in module.parameters()}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ppo_learns_on_the_gpu(tmp_path, precision):
+    config = _config(
+        tmp_path, "builtin_ppo.yaml", "actor.device=cuda", f"actor.precision={precision}",
+        "runner.iterations=12", "env.task_ids=[0]",
+    )  # fmt: skip
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    try:
+        assert _devices(runner.algorithm.policy) == {"cuda"}
+        assert _devices(runner.algorithm.critic) == {"cuda"}
+        history = runner.learn()
+    finally:
+        runner.close()
+    assert [round(h["losses/updates"]) > 0 for h in history] == [True] * 12
+    first = history[0]["rollout/success_rate"]
+    last = sum(h["rollout/success_rate"] for h in history[-3:]) / 3
+    assert last > first, (first, last)
+    state = runner.algorithm.optimizer.state_dict()["state"]
+    assert all(s["exp_avg"].device.type == "cuda" for s in state.values())
+
+
+def test_the_first_minibatch_recomputes_the_rollout_log_probs_on_the_gpu(tmp_path):
+    config = _config(tmp_path, "builtin_ppo.yaml", "actor.device=cuda", "env.num_parallel_envs=8",
+                     "algorithm.data_batch_size=8", "algorithm.num_minibatches=1")  # fmt: skip
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    try:
+        collected = runner._collect_with_retries(0)
+        rows = runner.algorithm.compute_returns(collected.batch).training_samples()
+        assert rows["obs"].device.type == "cuda"
+        stats = runner.algorithm._minibatch_step(rows)
+    finally:
+        runner.close()
+    assert float(stats["losses/approx_kl"]) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_grpo_with_the_group_filter_on_the_gpu(tmp_path):
+    config = _config(tmp_path, "builtin_grpo.yaml", "actor.device=cuda", "runner.iterations=3")
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    try:
+        history = runner.learn()
+    finally:
+        runner.close()
+    assert len(history) == 3 and all("losses/policy_loss" in h for h in history)
+
+
+def test_rlpd_learns_on_the_gpu_with_its_buffers_there(tmp_path):
+    config = _config(
+        tmp_path, "builtin_rlpd.yaml", "actor.device=cuda", "runner.iterations=4",
+        "algorithm.rlpd.training_starts=100",
+    )  # fmt: skip
+    runner = RLPDRunner(config, output_dir=tmp_path)
+    try:
+        history = runner.learn()
+    finally:
+        runner.close()
+    algorithm = runner.algorithm
+    assert algorithm.learner.updates > 0
+    assert _devices(algorithm.learner.critic) == {"cuda"}
+    assert algorithm.online.fields["obs"].device.type == "cuda"
+    assert "rlpd/critic_loss" in history[-1]
+
+
+def test_camera_frames_stay_uint8_in_gpu_buffers_and_train_the_cnn():
+    """The built-in env has no camera; LIBERO's frames take this path."""
+    shape = (3, 32, 32)
+    learner = RLPDLearner(shape, 4, RLPDSettings(hidden_sizes=(32, 32)), CUDA)
+    online, demo = ReplayBuffer(256, CUDA), ReplayBuffer(64, CUDA)
+    frames = compact_images(torch.rand(64, *shape))
+    rows = {
+        "obs": frames, "action": torch.rand(64, 4) * 2 - 1, "reward": torch.rand(64),
+        "next_obs": frames, "terminal": torch.zeros(64, dtype=torch.bool),
+        "intervened": torch.arange(64) % 4 == 0,
+    }  # fmt: skip
+    add_transitions(online, demo, rows)
+    assert online.fields["obs"].dtype == torch.uint8 and online.fields["obs"].is_cuda
+    sampler = MixedSampler(online, demo, 32)
+    generator = torch.Generator().manual_seed(0)
+
+    def sample():
+        batch = sampler.sample(generator)
+        batch.pop("from_demo")
+        return batch
+
+    metrics = learner.update(sample)
+    assert metrics["rlpd/critic_loss"].is_cuda and learner.updates == 2
+
+
+@pytest.mark.parametrize(("first", "then"), [("cuda", "cpu"), ("cpu", "cuda")])
+def test_a_checkpoint_resumes_across_devices(tmp_path, first, then):
+    common = [
+        "env.num_parallel_envs=8",
+        "algorithm.data_batch_size=16",
+        "runner.checkpoint_every=2",
+    ]
+    config = _config(tmp_path, "builtin_ppo.yaml", f"actor.device={first}", "runner.iterations=2",
+                     *common)  # fmt: skip
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    try:
+        runner.learn()
+        saved = {k: v.cpu() for k, v in runner.algorithm.policy.state_dict().items()}
+    finally:
+        runner.close()
+    config = _config(tmp_path, "builtin_ppo.yaml", f"actor.device={then}", "runner.iterations=3",
+                     *common)  # fmt: skip
+    resumed = OnPolicyRunner(config, output_dir=tmp_path)
+    try:
+        resumed.restore()
+        loaded = resumed.algorithm.policy.state_dict()
+        assert all(torch.equal(saved[k], v.cpu()) for k, v in loaded.items())
+        assert {v.device.type for v in loaded.values()} == {then}
+        history = resumed.learn()  # the optimizer's state moved with the weights
+    finally:
+        resumed.close()
+    assert resumed.iteration == 3 and len(history) == 1
+
+
+def test_an_rlpd_checkpoint_from_the_gpu_resumes_on_the_cpu(tmp_path):
+    base = ["runner.iterations=2", "runner.checkpoint_every=2", "algorithm.rlpd.training_starts=50"]
+    runner = RLPDRunner(_config(tmp_path, "builtin_rlpd.yaml", "actor.device=cuda", *base))
+    try:
+        runner.learn()
+    finally:
+        runner.close()
+    config = _config(tmp_path, "builtin_rlpd.yaml", "actor.device=cpu", "runner.iterations=3",
+                     "runner.checkpoint_every=2", "algorithm.rlpd.training_starts=50")  # fmt: skip
+    resumed = RLPDRunner(config)
+    try:
+        resumed.learn(resume=True)
+    finally:
+        resumed.close()
+    assert resumed.iteration == 3
+    assert resumed.algorithm.online.fields["obs"].device.type == "cpu"
+
+
+NCCL_RANK = """
+import sys, torch
+from trainer.algorithms.collective import TorchCollective
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+device = torch.device("cuda", rank)
+group = TorchCollective(rank, 2, "127.0.0.1", port, "nccl", 60.0, device)
+summed = group.sum_tensor(torch.full((3,), float(rank + 1), device=device))
+counts = group.sum_counts(__import__("collections").Counter(episodes=rank + 1))
+print(summed.tolist(), counts["episodes"], group.any(rank == 1))
+group.close()
+"""
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="a NCCL group needs two GPUs")
+def test_two_ranks_sum_on_their_gpus_with_nccl_and_count_on_the_cpu():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", NCCL_RANK, str(rank), str(port)], env=env,
+                         stdout=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]  # fmt: skip
+    outputs = [rank.communicate(timeout=120)[0].strip() for rank in ranks]
+    assert outputs == ["[3.0, 3.0, 3.0] 3.0 True"] * 2
