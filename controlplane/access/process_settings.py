@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from controlplane.access.doors import SEE, verdict
-from trainer.config.errors import ConfigError, ConfigProblem
+from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.process_settings import process_setting_paths
 
 PART = "config-process-settings"
@@ -33,4 +33,4 @@ def refuse_process_settings(
         f"{decision.reason} Ask an admin to put them in a cluster of the inventory and "
         "launch with that cluster."
     )
-    raise ConfigError([ConfigProblem(path, message) for path in paths])
+    raise ConfigError([ConfigIssue(PART, message, path) for path in paths])

@@ -24,7 +24,7 @@ def config_problems(error: ConfigError, text: str = "") -> Response:
     """400 listing every problem by key path, with its line in `text` where known."""
     lines = problem_lines(error.problems, text)
     errors = [
-        {"path": p.path, "message": p.message, "line": line}
+        {"path": p.location, "message": p.message, "line": line}
         for p, line in zip(error.problems, lines, strict=True)
     ]
     return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)

@@ -21,7 +21,7 @@ def problems(error: ConfigError, text: str = "") -> list[dict]:
     where `text` (the config as typed) has the key."""
     lines = problem_lines(error.problems, text)
     return [
-        {"location": p.path, "message": p.message, "line": line}
+        {"location": p.location, "message": p.message, "line": line}
         for p, line in zip(error.problems, lines, strict=True)
     ]
 

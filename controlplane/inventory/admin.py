@@ -21,7 +21,11 @@ class ClusterAdminForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
-            self.fields["yaml_text"].initial = services.export_cluster_yaml(self.instance)
+            text, problems = services.editable_cluster_yaml(self.instance)
+            self.fields["yaml_text"].initial = text
+            if problems:  # rows edited into an invalid cluster: say what to fix
+                listed = "; ".join(str(problem) for problem in problems)
+                self.fields["yaml_text"].help_text = f"The stored cluster is invalid: {listed}"
 
     def clean_yaml_text(self) -> str:
         text = self.cleaned_data["yaml_text"]

@@ -1,13 +1,16 @@
 """Writing and reading the inventory: every cluster goes through the trainer's own
 validation (`trainer.cluster`) before a row is written."""
 
+import io
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
+from ruamel.yaml import YAML
 
 from controlplane.inventory.models import Cluster, EnvConfig, Node, NodeGroup, Robot
 from trainer import cluster as tc
-from trainer.cluster.errors import with_lines
+from trainer.key_paths import with_lines
 
 
 def import_cluster_yaml(name: str, text: str, description: str | None = None) -> Cluster:
@@ -146,60 +149,83 @@ def _create_group(cluster: Cluster, position: int, data: dict[str, Any]) -> None
     )
 
 
-def cluster_section(cluster: Cluster) -> dict[str, Any]:
-    """The `cluster:` section the rows describe (the inverse of `save_cluster`)."""
-    section: dict[str, Any] = {"num_nodes": cluster.num_nodes}
-    if cluster.component_placement is not None:
-        section["component_placement"] = cluster.component_placement
-    groups = cluster.node_groups.prefetch_related("env_configs", "robots")
-    if groups:
-        section["node_groups"] = [_group_section(group) for group in groups]
-    if cluster.accelerator_declarations:
-        section["accelerators"] = cluster.accelerator_declarations
-    return section
-
-
-def _group_section(group: NodeGroup) -> dict[str, Any]:
-    data: dict[str, Any] = {"label": group.label, "node_ranks": group.node_ranks}
-    if group.accelerator_type:
-        data["accelerators"] = {"type": group.accelerator_type, "count": group.accelerator_count}
-        if group.accelerator_vendor:
-            data["accelerators"]["vendor"] = group.accelerator_vendor
-    if group.ignore_hardware:
-        data["ignore_hardware"] = True
-    envs = list(group.env_configs.all())
-    if envs:
-        data["env_configs"] = [_env_section(env) for env in envs]
-    if group.hardware_type:
-        data["hardware"] = {
-            "type": group.hardware_type,
-            "configs": [_robot_section(robot) for robot in group.robots.all()],
-        }
-    return data
-
-
-def _env_section(env: EnvConfig) -> dict[str, Any]:
-    data: dict[str, Any] = {"node_ranks": env.node_ranks}
-    if env.python_interpreter_path is not None:
-        data["python_interpreter_path"] = env.python_interpreter_path
-    if env.env_vars:
-        data["env_vars"] = env.env_vars
-    return data
-
-
-def _robot_section(robot: Robot) -> dict[str, Any]:
-    data: dict[str, Any] = {"node_rank": robot.node_rank}
-    if robot.robot_ip is not None:
-        data["robot_ip"] = robot.robot_ip
-    if robot.camera_serials is not None:
-        data["camera_serials"] = robot.camera_serials
-    data.update(robot.extra)
-    return data
-
-
 def to_trainer_cluster(cluster: Cluster) -> tc.Cluster:
-    return tc.cluster_from_dict(cluster_section(cluster))
+    """The trainer's cluster the rows describe, read and validated as any `cluster:`
+    section is. The one way back from the rows: exports and launches then write it with
+    `trainer.cluster.cluster_to_dict`, the one serialisation.
+
+    Raises `ClusterConfigError` naming every problem by key path when the rows no longer
+    form a valid cluster (they can be edited outside `save_cluster`)."""
+    section, problems = _stored_section(cluster)
+    try:
+        spec = tc.cluster_from_dict(section)
+    except tc.ClusterConfigError as error:
+        problems = [*problems, *error.issues]
+    if problems:
+        raise tc.ClusterConfigError(problems)
+    return spec
 
 
 def export_cluster_yaml(cluster: Cluster) -> str:
     return tc.dump_cluster_yaml(to_trainer_cluster(cluster))
+
+
+def editable_cluster_yaml(cluster: Cluster) -> tuple[str, list[tc.ConfigIssue]]:
+    """The YAML a stored cluster is edited as, and the problems of its rows. Rows that no
+    longer form a valid cluster are given as they are, with their problems, so an editor
+    shows what to fix instead of failing."""
+    try:
+        return export_cluster_yaml(cluster), []
+    except tc.ClusterConfigError as error:
+        section, _ = _stored_section(cluster)
+        stream = io.StringIO()
+        YAML(typ="safe", pure=True).dump({"cluster": section}, stream)
+        return stream.getvalue(), list(error.issues)
+
+
+def _stored_section(cluster: Cluster) -> tuple[dict[str, Any], list[tc.ConfigIssue]]:
+    """The rows as the `cluster:` section they store, every column under its key for
+    the trainer's reader to check (it reports a wrong value by key path, whatever its
+    type), and the problems no section can hold."""
+    problems: list[tc.ConfigIssue] = []
+    groups = []
+    for index, group in enumerate(cluster.node_groups.prefetch_related("env_configs", "robots")):
+        path = ("cluster", "node_groups", index)
+        entry: dict[str, Any] = {"label": group.label, "node_ranks": group.node_ranks}
+        if group.accelerator_type:
+            entry["accelerators"] = {
+                "type": group.accelerator_type,
+                "count": group.accelerator_count,
+                "vendor": group.accelerator_vendor or None,
+            }
+        entry["ignore_hardware"] = group.ignore_hardware
+        entry["env_configs"] = [
+            {
+                "node_ranks": env.node_ranks,
+                "env_vars": env.env_vars,
+                "python_interpreter_path": env.python_interpreter_path,
+            }
+            for env in group.env_configs.all()
+        ]
+        if group.hardware_type:
+            configs = []
+            for rank, robot in enumerate(group.robots.all()):
+                extra = robot.extra if isinstance(robot.extra, Mapping) else {}
+                if extra is not robot.extra:
+                    where = (*path, "hardware", "configs", rank)
+                    problems.append(tc.ConfigIssue("storage.invalid", _NOT_A_MAPPING, where))
+                known = {"robot_ip": robot.robot_ip, "node_rank": robot.node_rank,
+                         "camera_serials": robot.camera_serials}  # fmt: skip
+                configs.append({**extra, **known})
+            entry["hardware"] = {"type": group.hardware_type, "configs": configs}
+        groups.append(entry)
+    section = {
+        "num_nodes": cluster.num_nodes,
+        "node_groups": groups,
+        "accelerators": cluster.accelerator_declarations,
+        "component_placement": cluster.component_placement,
+    }
+    return section, problems
+
+
+_NOT_A_MAPPING = "the stored extra fields of this device are not a mapping"

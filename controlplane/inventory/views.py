@@ -67,10 +67,10 @@ def cluster_export(request: HttpRequest, name: str) -> HttpResponse:
 @guarded
 def cluster_edit(request: HttpRequest, name: str) -> HttpResponse:
     cluster = get_cluster(name)
-    form = ClusterYamlForm(
-        request.POST or None, initial={"yaml_text": services.export_cluster_yaml(cluster)}
-    )
-    issues = []
+    text, stored_problems = services.editable_cluster_yaml(cluster)
+    form = ClusterYamlForm(request.POST or None, initial={"yaml_text": text})
+    # Rows edited into an invalid cluster are shown as they are, with what to fix.
+    issues = [problem.to_dict() for problem in stored_problems]
     if request.method == "POST" and form.is_valid():
         try:
             services.import_cluster_yaml(cluster.name, form.cleaned_data["yaml_text"])

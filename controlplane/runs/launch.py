@@ -5,9 +5,11 @@ from django.db import IntegrityError, transaction
 from controlplane.access.process_settings import refuse_process_settings
 from controlplane.experiments.models import Experiment, Revision
 from controlplane.inventory.models import Cluster
-from controlplane.inventory.services import cluster_section
+from controlplane.inventory.services import to_trainer_cluster
 from controlplane.runs import dispatch
 from controlplane.runs.models import Run, RunEvent
+from trainer.cluster import ClusterConfigError, cluster_to_dict
+from trainer.config.errors import ConfigError
 from trainer.config.loading import apply_override, dump_config, parse_yaml, validate_config
 
 
@@ -17,14 +19,18 @@ def freeze_config(
     """The config the trainer will run: the revision, the overrides, the cluster section;
     validated and written out with every default. Raises ConfigError, also when the
     experiment's own cluster section (a launch without a stored cluster) has
-    process-level settings that `user` may not launch."""
+    process-level settings that `user` may not launch, and when the stored cluster's
+    rows no longer form a valid cluster."""
     data = parse_yaml(revision.config_yaml) or {}
     for override in overrides:
         apply_override(data, override)
     if cluster is None:
         refuse_process_settings(user, data, "launched")
     else:
-        data["cluster"] = cluster_section(cluster)
+        try:
+            data["cluster"] = cluster_to_dict(to_trainer_cluster(cluster))
+        except ClusterConfigError as error:  # rows edited into an invalid cluster
+            raise ConfigError(error.issues) from None
     return dump_config(validate_config(data))
 
 

@@ -20,7 +20,7 @@ from .errors import ClusterConfigError, IssueCollector, Path
 from .model import Accelerators, Cluster, EnvConfig, HardwareConfig, NodeGroup
 from .ranks import format_ranks
 from .resolution import placement_arithmetic_issues
-from .section_reader import SectionReader
+from .section_reader import read_section
 from .validation import validate_cluster
 
 
@@ -29,19 +29,19 @@ def cluster_from_dict(section: Mapping[str, Any], path: Path = ("cluster",)) -> 
 
     Raises `ClusterConfigError` listing every problem found.
     """
-    issues = IssueCollector()
-    reader = SectionReader(issues)
-    cluster = reader.cluster(section, path)
+    reading = read_section(section, path)
+    issues = IssueCollector(reading.issues)
+    cluster = reading.cluster
     if cluster is not None:
         issues.extend(
             validate_cluster(
-                cluster, path=path, origins=reader.origins, unreadable_ranks=reader.unreadable
+                cluster, path=path, origins=reading.origins, unreadable_ranks=reading.unreadable
             )
         )
     if issues:
         # The placement cannot be resolved against a broken inventory, but its own
         # arithmetic can be checked now rather than after the next fix.
-        issues.extend(placement_arithmetic_issues(reader.placement_rules))
+        issues.extend(placement_arithmetic_issues(reading.placement_rules))
     issues.raise_if_any()
     assert cluster is not None  # no issues implies a cluster was built
     return cluster

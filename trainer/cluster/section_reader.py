@@ -1,18 +1,22 @@
-"""Shape checks for a raw `cluster:` section and its conversion to the typed model.
+"""Reading a raw `cluster:` section into the typed model, with every structural problem.
 
-Each malformed entry becomes an issue and is skipped (or kept without the unreadable part),
-so one pass reports every structural problem; the semantic rules run afterwards in
-`trainer.cluster.validation`.
+The section is validated against `section_schema` in one pass, so every problem is
+reported at once, each with its rule and key path. What could not be read is then left
+out (a malformed node group, an optional field that is wrong) or read as unknown (node
+ranks), the rest is validated again and built, and the semantic rules of
+`trainer.cluster.validation` still run on every entry that could be read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import IssueCollector, Path
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import ConfigIssue, Path
 from .model import (
-    VISIBILITY_ENV_VARS,
     AcceleratorDeclaration,
     Accelerators,
     Cluster,
@@ -22,357 +26,193 @@ from .model import (
     NodeGroup,
 )
 from .placement_spec import ComponentRule, normalize_placement_value, parse_component_placement
-from .ranks import RankOutOfRange, RankSyntaxError, parse_rank_list
-
-MAX_NODES = 100_000  # bounds memory for configs from untrusted input (web forms)
-MAX_ACCELERATORS_PER_NODE = 1024
-
-_CLUSTER_KEYS = ("num_nodes", "node_groups", "accelerators", "component_placement")
-_GROUP_KEYS = (
-    "label",
-    "node_ranks",
-    "env_configs",
-    "hardware",
-    "accelerators",
-    "ignore_hardware",
+from .schema_problems import Finding, issue_for, locate
+from .section_schema import (
+    MAX_NODES,
+    SKIPPED,
+    UNREAD_RANKS,
+    AcceleratorsEntry,
+    ClusterSection,
+    NodeGroupEntry,
+    NumNodes,
 )
-_ENV_KEYS = ("node_ranks", "env_vars", "python_interpreter_path")
-_HARDWARE_KEYS = ("type", "configs")
-_ACCELERATOR_KEYS = ("type", "count", "vendor")
+
+_NUM_NODES: TypeAdapter[int] = TypeAdapter(NumNodes)
+_LEFT_OUT = object()  # what a cut does to a key or a list entry that cannot be read
 
 
-class SectionReader:
-    """Reads a `cluster:` section into a `Cluster`, recording an issue per bad entry."""
+@dataclass
+class SectionReading:
+    """A section as far as it could be read: the cluster (None when even its size could
+    not be), every structural problem, and what the semantic rules need to know."""
 
-    def __init__(self, issues: IssueCollector) -> None:
-        self.issues = issues
-        self.num_nodes = 0
-        # Where each built object came from, so semantic errors name the right list index
-        # even when an earlier, malformed entry was skipped.
-        self.origins: dict[int, Path] = {}
-        # Groups and env configs kept with empty node_ranks because theirs were unreadable
-        # (already reported); keeping them lets their other fields still be checked.
-        self.unreadable: set[int] = set()
-        self.placement_rules: list[ComponentRule] = []
+    cluster: Cluster | None = None
+    issues: list[ConfigIssue] = field(default_factory=list)
+    # Where each built object came from, so semantic errors name the right list index
+    # even when an earlier, malformed entry was left out.
+    origins: dict[int, Path] = field(default_factory=dict)
+    # Groups and env configs whose node_ranks were unreadable (already reported).
+    unreadable: set[int] = field(default_factory=set)
+    placement_rules: list[ComponentRule] = field(default_factory=list)
 
-    def _remember(self, built: Any, path: Path) -> Any:
-        if built is not None:
-            self.origins[id(built)] = path
+
+def read_section(section: object, path: Path) -> SectionReading:
+    """Read `section` (the contents of a `cluster:` key at `path`)."""
+    reading = SectionReading()
+    context = {"num_nodes": _num_nodes(section)}
+    parsed: ClusterSection | None = None
+    try:
+        parsed = ClusterSection.model_validate(section, context=context)
+    except ValidationError as error:
+        findings = [(problem, locate(problem, section)) for problem in error.errors()]
+        reading.issues = [issue_for(problem, found, path) for problem, found in findings]
+        salvaged = _salvage(section, [found for _, found in findings])
+        if salvaged is not None:
+            try:
+                parsed = ClusterSection.model_validate(salvaged, context=context)
+            except ValidationError:
+                parsed = None  # reported above; nothing more can be built
+    placement = section.get("component_placement") if isinstance(section, Mapping) else None
+    if placement is not None:
+        rules, issues = parse_component_placement(placement, (*path, "component_placement"))
+        reading.placement_rules = rules
+        reading.issues.extend(issues)
+    if parsed is not None:
+        reading.cluster = _Builder(reading, path).cluster(parsed, placement)
+    return reading
+
+
+def _num_nodes(section: object) -> int:
+    """The node count ranks are read against: the section's or, while that is wrong
+    (reported as such), the largest supported, which still bounds a range's size."""
+    if isinstance(section, Mapping):
+        try:
+            return _NUM_NODES.validate_python(section.get("num_nodes"))
+        except ValidationError:
+            pass
+    return MAX_NODES
+
+
+# ---- leaving out what cannot be read --------------------------------------------------
+
+
+def _salvage(section: object, findings: Sequence[Finding]) -> object | None:
+    """`section` without what the findings cannot read; None when that is the section
+    itself or its size."""
+    cuts: dict[Path, object] = {}
+    for found in findings:
+        if found.cut is None:
+            return None
+        cuts[found.cut] = UNREAD_RANKS if found.unread_ranks else _LEFT_OUT
+    salvaged = section
+    for cut in sorted(cuts, key=len):
+        if any(cuts.get(cut[:end]) is _LEFT_OUT for end in range(1, len(cut))):
+            continue  # inside something already left out
+        salvaged = _replaced(salvaged, cut, cuts[cut])
+    return salvaged
+
+
+def _replaced(data: Any, path: Path, value: object) -> Any:
+    """`data` with `path` replaced by `value` (left out: a key removed, a list entry
+    skipped), copying only what lies on the path."""
+    head, rest = path[0], path[1:]
+    if isinstance(data, Mapping):
+        copy = {str(key): item for key, item in data.items()}  # as the schema reads keys
+        if rest:
+            copy[str(head)] = _replaced(copy[str(head)], rest, value)
+        elif value is _LEFT_OUT:
+            copy.pop(str(head), None)
+        else:
+            copy[str(head)] = value
+        return copy
+    items = list(data)
+    assert isinstance(head, int)
+    if rest:
+        items[head] = _replaced(items[head], rest, value)
+    else:
+        items[head] = SKIPPED if value is _LEFT_OUT else value
+    return items
+
+
+# ---- the typed model ------------------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, reading: SectionReading, root: Path) -> None:
+        self.reading = reading
+        self.root = root
+
+    def _built(self, built: Any, path: Path, ranks: tuple[int, ...] | None = None) -> Any:
+        self.reading.origins[id(built)] = path
+        if ranks is UNREAD_RANKS:
+            self.reading.unreadable.add(id(built))
         return built
 
-    def cluster(self, section: object, path: Path) -> Cluster | None:
-        if not isinstance(section, Mapping):
-            self.issues.add(
-                "cluster.type",
-                f"the cluster section must be a mapping, not {type(section).__name__}",
-                path,
+    def cluster(self, section: ClusterSection, placement: object) -> Cluster:
+        groups = [
+            self.group(entry, (*self.root, "node_groups", index))
+            for index, entry in _kept(section.node_groups)
+        ]
+        declarations = [
+            self._built(
+                AcceleratorDeclaration(entry.node_ranks, _accelerators(entry)),
+                (*self.root, "accelerators", index),
             )
-            return None
-        self._unknown_keys(section, _CLUSTER_KEYS, path, "the cluster section")
-        num_nodes = self._num_nodes(section, path)
-        if num_nodes is None:
-            return None
-        self.num_nodes = num_nodes
-        groups = self._list_of(section, "node_groups", path, self.group)
-        declarations = self._list_of(section, "accelerators", path, self.declaration)
-        placement = None
-        if "component_placement" in section and section["component_placement"] is not None:
-            raw = section["component_placement"]
-            rules, placement_issues = parse_component_placement(raw, (*path, "component_placement"))
-            self.placement_rules = rules
-            self.issues.extend(placement_issues)
-            if isinstance(raw, Mapping):
-                placement = {str(key): normalize_placement_value(v) for key, v in raw.items()}
-        return Cluster(num_nodes, tuple(groups), tuple(declarations), placement)
+            for index, entry in _kept(section.accelerators)
+            if entry.node_ranks is not UNREAD_RANKS  # nodes unknown: nothing declared
+        ]
+        # Kept as the user wrote it (normalised to strings) so it exports unchanged.
+        written = None
+        if isinstance(placement, Mapping):
+            written = {str(key): normalize_placement_value(v) for key, v in placement.items()}
+        return Cluster(section.num_nodes, tuple(groups), tuple(declarations), written)
 
-    def _num_nodes(self, section: Mapping[str, Any], path: Path) -> int | None:
-        if "num_nodes" not in section:
-            self.issues.add(
-                "cluster.num_nodes", "num_nodes is required (the number of nodes)", path
+    def group(self, entry: NodeGroupEntry, path: Path) -> NodeGroup:
+        envs = [
+            self._built(
+                EnvConfig(
+                    tuple(env.node_ranks),
+                    tuple(
+                        (key, value) for pair in env.env_vars or () for key, value in pair.items()
+                    ),
+                    env.python_interpreter_path,
+                ),
+                (*path, "env_configs", index),
+                env.node_ranks,
             )
-            return None
-        value = section["num_nodes"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.issues.add(
-                "cluster.num_nodes",
-                f"num_nodes must be a positive integer, not {value!r}",
-                (*path, "num_nodes"),
-            )
-            return None
-        if value > MAX_NODES:
-            self.issues.add(
-                "cluster.num_nodes",
-                f"num_nodes {value} exceeds the supported maximum of {MAX_NODES}",
-                (*path, "num_nodes"),
-            )
-            return None
-        return value
-
-    def _list_of(
-        self, data: Mapping[str, Any], key: str, path: Path, read: Callable[[object, Path], Any]
-    ) -> list[Any]:
-        value = data.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.issues.add(
-                f"{key}.type", f"{key} must be a list, not {type(value).__name__}", (*path, key)
-            )
-            return []
-        items = []
-        for index, item in enumerate(value):
-            built = self._remember(read(item, (*path, key, index)), (*path, key, index))
-            if built is not None:
-                items.append(built)
-        return items
-
-    def _unknown_keys(
-        self, data: Mapping[str, Any], allowed: tuple[str, ...], path: Path, what: str
-    ) -> None:
-        for key in data:
-            if key not in allowed:
-                self.issues.add(
-                    "config.unknown_key",
-                    f"unknown key '{key}' in {what}; allowed: {', '.join(allowed)}",
-                    (*path, str(key)),
-                )
-
-    def _ranks(self, value: object, path: Path, what: str) -> tuple[int, ...] | None:
-        try:
-            return tuple(parse_rank_list(value, limit=self.num_nodes))
-        except RankSyntaxError as error:
-            rule = (
-                "node_ranks.out_of_range"
-                if isinstance(error, RankOutOfRange)
-                else "node_ranks.invalid"
-            )
-            self.issues.add(rule, f"{what}: {error}", path)
-            return None
-
-    def group(self, data: object, path: Path) -> NodeGroup | None:
-        if not isinstance(data, Mapping):
-            self.issues.add("node_group.type", "a node group must be a mapping", path)
-            return None
-        self._unknown_keys(data, _GROUP_KEYS, path, "a node group")
-        label = data.get("label")
-        if isinstance(label, int) and not isinstance(label, bool):
-            label = str(label)  # `label: 4090` is read as a number by YAML
-        if not isinstance(label, str):
-            self.issues.add("node_group.label", "a node group needs a string label", path)
-            return None
-        if "node_ranks" not in data:
-            self.issues.add(
-                "node_ranks.missing", f"node group '{label}' needs node_ranks (e.g. 0-7)", path
-            )
-            return None
-        ranks = self._ranks(data["node_ranks"], (*path, "node_ranks"), f"node group '{label}'")
-        envs = self._list_of(data, "env_configs", path, lambda item, p: self.env(item, p, label))
+            for index, env in _kept(entry.env_configs)
+        ]
         hardware = None
-        if data.get("hardware") is not None:
-            hardware = self.hardware(data["hardware"], (*path, "hardware"), label)
-        accelerators = None
-        if data.get("accelerators") is not None:
-            accelerators = self.accelerators(data["accelerators"], (*path, "accelerators"), label)
-        ignore_hardware = data.get("ignore_hardware", False)
-        if not isinstance(ignore_hardware, bool):
-            self.issues.add(
-                "node_group.ignore_hardware",
-                f"ignore_hardware of node group '{label}' must be true or false, not "
-                f"{ignore_hardware!r}",
-                (*path, "ignore_hardware"),
-            )
-            ignore_hardware = False
-        group = NodeGroup(label, ranks or (), tuple(envs), hardware, accelerators, ignore_hardware)
-        if ranks is None:
-            self.unreadable.add(id(group))
-        return group
-
-    def env(self, data: object, path: Path, label: str) -> EnvConfig | None:
-        what = f"env_configs of node group '{label}'"
-        if not isinstance(data, Mapping):
-            self.issues.add("env_config.type", f"each entry of {what} must be a mapping", path)
-            return None
-        self._unknown_keys(data, _ENV_KEYS, path, f"an entry of {what}")
-        if "node_ranks" not in data:
-            self.issues.add("node_ranks.missing", f"each entry of {what} needs node_ranks", path)
-            return None
-        ranks = self._ranks(data["node_ranks"], (*path, "node_ranks"), what)
-        env_vars = self.env_vars(data.get("env_vars"), (*path, "env_vars"), what)
-        interpreter = data.get("python_interpreter_path")
-        if interpreter is not None and not isinstance(interpreter, str):
-            self.issues.add(
-                "interpreter.type",
-                f"python_interpreter_path in {what} must be a path string",
-                (*path, "python_interpreter_path"),
-            )
-            return None
-        if env_vars is None:
-            return None
-        env = EnvConfig(ranks or (), env_vars, interpreter)
-        if ranks is None:
-            self.unreadable.add(id(env))
-        return env
-
-    def env_vars(self, value: object, path: Path, what: str) -> tuple[tuple[str, str], ...] | None:
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            self.issues.add(
-                "env_var.format",
-                f"env_vars in {what} must be a list of single-key mappings such as "
-                "'- GLOO_SOCKET_IFNAME: eth0'",
-                path,
-            )
-            return None
-        pairs: list[tuple[str, str]] = []
-        ok = True
-        for index, item in enumerate(value):
-            item_path = (*path, index)
-            if not isinstance(item, Mapping) or len(item) != 1:
-                self.issues.add(
-                    "env_var.format",
-                    f"env_vars[{index}] in {what} must be a mapping with exactly one key, "
-                    f"like '- GLOO_SOCKET_IFNAME: eth0'; got {item!r}",
-                    item_path,
+        if entry.hardware is not None:
+            configs = tuple(
+                self._built(
+                    HardwareConfig(
+                        config.node_rank,
+                        config.robot_ip,
+                        tuple(config.camera_serials) if config.camera_serials is not None else None,
+                        dict(config.model_extra or {}),
+                    ),
+                    (*path, "hardware", "configs", index),
                 )
-                ok = False
-                continue
-            ((key, raw),) = item.items()
-            if isinstance(raw, int) and not isinstance(raw, bool):
-                raw = str(raw)  # OMP_NUM_THREADS: 4 is unambiguous
-            if not isinstance(raw, str):
-                self.issues.add(
-                    "env_var.value",
-                    f"env var {key} in {what} must have a string value (quote it); "
-                    f"got {type(raw).__name__} {raw!r}",
-                    (*item_path, str(key)),
-                )
-                ok = False
-                continue
-            pairs.append((str(key), raw))
-        return tuple(pairs) if ok else None
-
-    def hardware(self, data: object, path: Path, label: str) -> Hardware | None:
-        what = f"the hardware of node group '{label}'"
-        if not isinstance(data, Mapping):
-            self.issues.add(
-                "hardware.type", f"{what} must be a mapping with type and configs", path
+                for index, config in enumerate(entry.hardware.configs)
             )
-            return None
-        self._unknown_keys(data, _HARDWARE_KEYS, path, what)
-        kind = data.get("type")
-        if isinstance(kind, int) and not isinstance(kind, bool):
-            kind = str(kind)
-        if not isinstance(kind, str) or not kind:
-            self.issues.add("hardware.type", f"{what} needs a type such as Franka", path)
-            return None
-        raw_configs = data.get("configs")
-        if not isinstance(raw_configs, list) or not raw_configs:
-            self.issues.add(
-                "hardware.configs",
-                f"{what} needs configs: a non-empty list with one entry per device, each "
-                "with its node_rank",
-                (*path, "configs"),
-            )
-            return None
-        configs = self._list_of(
-            data, "configs", path, lambda item, p: self.hardware_config(item, p, label)
+            hardware = Hardware(entry.hardware.type, configs)
+        accelerators = _accelerators(entry.accelerators) if entry.accelerators else None
+        group = NodeGroup(
+            entry.label,
+            tuple(entry.node_ranks),
+            tuple(envs),
+            hardware,
+            accelerators,
+            entry.ignore_hardware,
         )
-        if len(configs) != len(raw_configs):
-            return None
-        return Hardware(kind, tuple(configs))
+        return self._built(group, path, entry.node_ranks)
 
-    def hardware_config(self, data: object, path: Path, label: str) -> HardwareConfig | None:
-        what = f"a hardware config of node group '{label}'"
-        if not isinstance(data, Mapping):
-            self.issues.add("hardware.config", f"{what} must be a mapping", path)
-            return None
-        node_rank = data.get("node_rank")
-        if isinstance(node_rank, bool) or not isinstance(node_rank, int):
-            self.issues.add(
-                "hardware.node_rank", f"{what} needs an integer node_rank", (*path, "node_rank")
-            )
-            return None
-        robot_ip = data.get("robot_ip")
-        if robot_ip is not None and not isinstance(robot_ip, str):
-            self.issues.add(
-                "hardware.robot_ip",
-                f"robot_ip in {what} must be a quoted address string",
-                (*path, "robot_ip"),
-            )
-            return None
-        serials = data.get("camera_serials")
-        if serials is not None:
-            if not isinstance(serials, list) or not all(isinstance(s, str) for s in serials):
-                # Unquoted serials are read as numbers and lose leading zeros.
-                self.issues.add(
-                    "hardware.camera_serials",
-                    f"camera_serials in {what} must be a list of quoted strings "
-                    "(unquoted, 012345 would be read as the number 12345)",
-                    (*path, "camera_serials"),
-                )
-                return None
-            serials = tuple(serials)
-        extra = {
-            str(key): value
-            for key, value in data.items()
-            if key not in ("node_rank", "robot_ip", "camera_serials")
-        }
-        return HardwareConfig(node_rank, robot_ip, serials, extra)
 
-    def accelerators(self, data: object, path: Path, owner: str) -> Accelerators | None:
-        what = f"accelerators of {owner}"
-        if not isinstance(data, Mapping):
-            self.issues.add(
-                "accelerators.format",
-                f"{what} must be a mapping such as {{type: A800, count: 8}}",
-                path,
-            )
-            return None
-        self._unknown_keys(data, _ACCELERATOR_KEYS, path, what)
-        kind, count, vendor = data.get("type"), data.get("count"), data.get("vendor")
-        if isinstance(kind, int) and not isinstance(kind, bool):
-            kind = str(kind)  # `type: 4090`
-        ok = True
-        if not isinstance(kind, str) or not kind:
-            self.issues.add("accelerators.type", f"{what} need a type such as A800", path)
-            ok = False
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            self.issues.add(
-                "accelerators.count",
-                f"{what}: count must be a positive integer per node (omit accelerators when "
-                f"there are none), not {count!r}",
-                (*path, "count"),
-            )
-            ok = False
-        elif count > MAX_ACCELERATORS_PER_NODE:
-            self.issues.add(
-                "accelerators.count",
-                f"{what}: count {count} exceeds {MAX_ACCELERATORS_PER_NODE} per node",
-                (*path, "count"),
-            )
-            ok = False
-        if vendor is not None and vendor not in VISIBILITY_ENV_VARS:
-            self.issues.add(
-                "accelerators.vendor",
-                f"{what}: vendor must be one of {', '.join(VISIBILITY_ENV_VARS)}, not {vendor!r}",
-                (*path, "vendor"),
-            )
-            ok = False
-        return Accelerators(kind, count, vendor) if ok else None
+def _kept(entries: Sequence[Any] | None) -> list[tuple[int, Any]]:
+    """The entries read, with their index in the section."""
+    return [(index, entry) for index, entry in enumerate(entries or ()) if entry is not SKIPPED]
 
-    def declaration(self, data: object, path: Path) -> AcceleratorDeclaration | None:
-        if not isinstance(data, Mapping) or "node_ranks" not in data:
-            self.issues.add(
-                "accelerators.format",
-                "each cluster-level accelerators entry needs node_ranks, type and count, "
-                "e.g. {node_ranks: 0-7, type: A800, count: 8}",
-                path,
-            )
-            return None
-        ranks = self._ranks(data["node_ranks"], (*path, "node_ranks"), "accelerators")
-        rest = {key: value for key, value in data.items() if key != "node_ranks"}
-        accelerators = self.accelerators(rest, path, "nodes " + str(data["node_ranks"]))
-        if ranks is None or accelerators is None:
-            return None
-        return AcceleratorDeclaration(ranks, accelerators)
+
+def _accelerators(entry: AcceleratorsEntry) -> Accelerators:
+    return Accelerators(entry.type, entry.count, entry.vendor)

@@ -3,7 +3,7 @@
 `YamlLimits` (from `trainer.bounded_yaml`) are the bounds on any YAML from users."""
 
 from trainer.bounded_yaml import UNSTORABLE, YamlLimits, unstorable_message
-from trainer.config.errors import ConfigError, ConfigProblem
+from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.loading import (
     apply_override,
     dump_config,
@@ -28,7 +28,7 @@ __all__ = [
     "ActorConfig",
     "AlgorithmConfig",
     "ConfigError",
-    "ConfigProblem",
+    "ConfigIssue",
     "CriticConfig",
     "EnvConfig",
     "ExperimentConfig",

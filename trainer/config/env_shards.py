@@ -43,6 +43,7 @@ def assign_env_shards(
             where,
             f"{len(env_processes)} env process(es) for {world_size} actor ranks: each rank "
             "needs at least one env worker",
+            rule="placement.env_workers",
         )
     blocks = shard_sizes(len(env_processes), world_size)
     if max(blocks) > copies_per_rank:
@@ -50,6 +51,7 @@ def assign_env_shards(
             where,
             f"{max(blocks)} env workers for one rank's {copies_per_rank} env copies "
             "(env.num_parallel_envs x algorithm.group_size): a worker would have none",
+            rule="placement.env_workers",
         )
     ordered = sorted(env_processes, key=lambda p: p.process_rank)
     shards, start = [], 0

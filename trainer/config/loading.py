@@ -23,10 +23,14 @@ from trainer.bounded_yaml import YamlLimitError, load_bounded
 from trainer.cluster import ClusterConfigError, Plan, cluster_from_dict, resolve_placement
 from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
 from trainer.config.env_shards import assign_env_shards
-from trainer.config.errors import ConfigError, ConfigProblem, format_key_path
+from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.schema import ExperimentConfig
 
 _KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
+_OVERRIDE = "override.invalid"
+_INSIDE_A_VALUE = "cannot set a key inside a non-mapping value"
+_TYPE = "config.type"
+_STAGES, _STAGES_PATH = "rollout.pipeline_stages", ("rollout", "pipeline_stages")
 
 
 def parse_yaml(text: str, source: str = "config") -> Any:
@@ -35,18 +39,18 @@ def parse_yaml(text: str, source: str = "config") -> Any:
         return load_bounded(text)
     except YamlLimitError as error:
         mark = error.problem_mark
-        problem = ConfigProblem("", f"{source} is refused: {_located(error)}",
-                                mark.line + 1 if mark is not None else None)  # fmt: skip
+        problem = ConfigIssue("yaml.limit", f"{source} is refused: {_located(error)}",
+                              line=mark.line + 1 if mark is not None else None)  # fmt: skip
         raise ConfigError([problem]) from None
     except YAMLError as error:
         raise ConfigError([_problem(source, "is not valid YAML", error)]) from None
 
 
-def _problem(source: str, what: str, error: YAMLError) -> ConfigProblem:
+def _problem(source: str, what: str, error: YAMLError) -> ConfigIssue:
     """The problem with the line the YAML error points at, so the editor can mark it."""
     mark = getattr(error, "problem_mark", None)
     line = mark.line + 1 if mark is not None else None
-    return ConfigProblem("", f"{source} {what}: {error}", line)
+    return ConfigIssue("yaml.syntax", f"{source} {what}: {error}", line=line)
 
 
 def _located(error: YamlLimitError) -> str:
@@ -70,7 +74,7 @@ def _split_key(key: str) -> list[str | int]:
     for piece in key.split("."):
         match = _KEY_PART.match(piece)
         if not match:
-            raise ConfigError.single(key, "is not a key path like a.b or a.b[1]")
+            raise ConfigError.single(key, "is not a key path like a.b or a.b[1]", rule=_OVERRIDE)
         parts.append(match.group(1))
         parts += [int(index) for index in re.findall(r"\[(\d+)\]", match.group(2))]
     return parts
@@ -80,28 +84,30 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     """Set ``key.path[i]=value`` in ``data`` in place, creating mappings on the way."""
     key, separator, raw_value = override.partition("=")
     if not separator or not key:
-        raise ConfigError.single(override, "an override must look like key.path=value")
+        raise ConfigError.single(
+            override, "an override must look like key.path=value", rule=_OVERRIDE
+        )
     parts = _split_key(key.strip())
     value = parse_yaml(raw_value, f"the value of {key}") if raw_value.strip() else ""
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
         following = parts[depth + 1]
-        where = format_key_path(parts[: depth + 1])
+        where = tuple(parts[: depth + 1])
         if isinstance(part, int):
             if not isinstance(node, list) or part >= len(node):
-                raise ConfigError.single(where, "no such list item to override")
+                raise ConfigError.single(where, "no such list item to override", rule=_OVERRIDE)
             node = node[part]
             continue
         if not isinstance(node, dict):
-            raise ConfigError.single(where, "cannot set a key inside a non-mapping value")
+            raise ConfigError.single(where, _INSIDE_A_VALUE, rule=_OVERRIDE)
         if node.get(part) is None:
             node[part] = [] if isinstance(following, int) else {}
         node = node[part]
     last = parts[-1]
-    where = format_key_path(parts)
+    where = tuple(parts)
     if isinstance(last, int):
         if not isinstance(node, list) or last > len(node):
-            raise ConfigError.single(where, "no such list item to override")
+            raise ConfigError.single(where, "no such list item to override", rule=_OVERRIDE)
         if last == len(node):
             node.append(value)
         else:
@@ -109,78 +115,89 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise ConfigError.single(where, "cannot set a key inside a non-mapping value")
+        raise ConfigError.single(where, _INSIDE_A_VALUE, rule=_OVERRIDE)
 
 
-def _consistency_problems(config: ExperimentConfig) -> list[ConfigProblem]:
+def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
     """Rules that tie several keys together."""
     problems = []
     chunk = config.actor.model.num_action_chunks
     for index, horizon in enumerate(config.rollout.action_horizons_pattern):
         if horizon % chunk:
             problems.append(
-                ConfigProblem(
-                    f"rollout.action_horizons_pattern[{index}]",
+                ConfigIssue(
+                    "rollout.horizon_multiple",
                     f"{horizon} must be a multiple of actor.model.num_action_chunks ({chunk})",
+                    ("rollout", "action_horizons_pattern", index),
                 )
             )
     algorithm = config.algorithm
     if algorithm.name in ("grpo", "rloo") and algorithm.group_size < 2:
         problems.append(
-            ConfigProblem(
+            ConfigIssue(
                 "algorithm.group_size",
                 f"{algorithm.name} compares rollouts within a group: use group_size >= 2",
+                ("algorithm", "group_size"),
             )
         )
     if algorithm.data_batch_size % algorithm.group_size:
         problems.append(
-            ConfigProblem(
-                "algorithm.data_batch_size",
+            ConfigIssue(
+                "algorithm.whole_groups",
                 f"{algorithm.data_batch_size} must be a multiple of algorithm.group_size "
                 f"({algorithm.group_size}) so groups stay whole",
+                ("algorithm", "data_batch_size"),
             )
         )
     if algorithm.reward_filter.enabled and algorithm.group_size < 2:
         problems.append(
-            ConfigProblem(
-                "algorithm.reward_filter.enabled",
+            ConfigIssue(
+                "algorithm.group_size",
                 "the group filter needs algorithm.group_size >= 2",
+                ("algorithm", "reward_filter", "enabled"),
             )
         )
     if algorithm.use_plan_reward and algorithm.plan_reward_coef == 0:
         problems.append(
-            ConfigProblem(
-                "algorithm.plan_reward_coef",
+            ConfigIssue(
+                "algorithm.plan_reward",
                 "use_plan_reward is on but plan_reward_coef is 0: set a coefficient",
+                ("algorithm", "plan_reward_coef"),
             )
         )
     copies = config.env.num_parallel_envs * algorithm.group_size
     if config.env.num_workers > copies:
         problems.append(
-            ConfigProblem(
+            ConfigIssue(
                 "env.num_workers",
                 f"{config.env.num_workers} workers for {copies} env copies "
                 "(num_parallel_envs x group_size): some would have nothing to run",
+                ("env", "num_workers"),
             )
         )
     if config.env.task_ids is not None:
         if not config.env.task_ids:
-            problems.append(ConfigProblem("env.task_ids", "lists no task; use null for all"))
+            problems.append(
+                ConfigIssue("env.task_ids", "lists no task; use null for all", ("env", "task_ids"))
+            )
         seen: set[int] = set()
         for index, task_id in enumerate(config.env.task_ids):
             if task_id < 0 or task_id in seen:
                 problems.append(
-                    ConfigProblem(
-                        f"env.task_ids[{index}]", f"{task_id} is negative or listed twice"
+                    ConfigIssue(
+                        "env.task_ids",
+                        f"{task_id} is negative or listed twice",
+                        ("env", "task_ids", index),
                     )
                 )
             seen.add(task_id)
     if config.env.name == "libero" and config.env.suite not in LIBERO_SUITE_MAX_STEPS:
         problems.append(
-            ConfigProblem(
+            ConfigIssue(
                 "env.suite",
                 f"unknown LIBERO suite {config.env.suite!r}; use one of "
                 + ", ".join(LIBERO_SUITE_MAX_STEPS),
+                ("env", "suite"),
             )
         )
     return problems
@@ -191,17 +208,13 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError.single("", "the config must be a mapping of sections")
+        raise ConfigError.single((), "the config must be a mapping of sections", rule=_TYPE)
     cluster_problems, plan = _cluster_problems(data.get("cluster"))
     try:
         config = ExperimentConfig.model_validate(dict(data))
     except ValidationError as error:
         raise ConfigError(
-            [
-                ConfigProblem(format_key_path(issue["loc"]), _message(issue))
-                for issue in error.errors()
-            ]
-            + cluster_problems
+            [_schema_problem(issue) for issue in error.errors()] + cluster_problems
         ) from None
     problems = (
         _consistency_problems(config) + cluster_problems + _env_worker_problems(config, plan)
@@ -212,7 +225,7 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
     return config
 
 
-def _cluster_problems(section: Any) -> tuple[list[ConfigProblem], Plan | None]:
+def _cluster_problems(section: Any) -> tuple[list[ConfigIssue], Plan | None]:
     """The `cluster:` section checked by `trainer.cluster`: the inventory, then its
     component placement (when it has one) resolved against it; and that plan."""
     if not isinstance(section, Mapping):
@@ -222,12 +235,11 @@ def _cluster_problems(section: Any) -> tuple[list[ConfigProblem], Plan | None]:
         if cluster.component_placement is not None:
             return [], resolve_placement(cluster)
     except ClusterConfigError as error:
-        issues = error.issues
-        return [ConfigProblem(format_key_path(issue.path), issue.message) for issue in issues], None
+        return list(error.issues), None  # the same type: rule and key path kept
     return [], None
 
 
-def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
+def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
     """Placed env workers must give every actor rank at least one worker, and every
     worker at least one of its rank's copies."""
     env = plan.components.get("env") if plan is not None else None
@@ -236,10 +248,11 @@ def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[Co
         if stages == 1:
             return []
         return [
-            ConfigProblem(
-                "rollout.pipeline_stages",
+            ConfigIssue(
+                _STAGES,
                 f"{stages} stages need placed env workers (cluster.component_placement.env), "
                 f"at least {stages} per actor rank",
+                _STAGES_PATH,
             )
         ]
     ranks = len(plan.components.get("actor", ())) or 1
@@ -251,85 +264,92 @@ def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[Co
     fewest = min(len(block) for block in shards)
     if fewest < stages:
         return [
-            ConfigProblem(
-                "rollout.pipeline_stages",
+            ConfigIssue(
+                _STAGES,
                 f"{stages} stages need at least {stages} env workers per actor rank; a rank "
                 f"has {fewest}",
+                _STAGES_PATH,
             )
         ]
     return []
 
 
-def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
+def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
     """Rollout workers make one actor rank's decisions each: as many as there are ranks
     (on-policy runs; RLPD acts in its env workers), and not with pipeline stages."""
     rollouts = plan.components.get("rollout") if plan is not None else None
     if not rollouts or config.algorithm.name == "rlpd":
         return []
-    where = "cluster.component_placement.rollout"
+    where = ("cluster", "component_placement", "rollout")
     ranks = len(plan.components.get("actor", ())) or 1
     if len(rollouts) != ranks:
         return [
-            ConfigProblem(
-                where,
+            ConfigIssue(
+                "placement.rollout_workers",
                 f"{len(rollouts)} rollout process(es) for {ranks} actor rank(s): each rank "
                 "has one rollout worker or none",
+                where,
             )
         ]
     if config.rollout.pipeline_stages > 1:
         return [
-            ConfigProblem(
-                "rollout.pipeline_stages",
+            ConfigIssue(
+                _STAGES,
                 "pipeline stages decide in the rank's own process; remove the rollout "
                 "processes or set 1",
+                _STAGES_PATH,
             )
         ]
     return []
 
 
-def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigProblem]:
+def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
     """Interventions act one step at a time, on the env copies of the process that has
     the run's link (the console's commands arrive by it)."""
     source = config.env.interventions.source
-    where = "env.interventions.source"
+    where = ("env", "interventions", "source")
     if source == "none":
         return []
     components = plan.components if plan is not None else {}
     if config.algorithm.name != "rlpd":
         if config.actor.model.num_action_chunks != 1:
             return [
-                ConfigProblem(
-                    where,
+                ConfigIssue(
+                    "interventions.action_chunks",
                     f"an operator acts one step at a time: interventions in "
                     f"{config.algorithm.name} runs need actor.model.num_action_chunks: 1",
+                    where,
                 )
             ]
         if any(components.get(name) for name in ("env", "rollout")) or (
             len(components.get("actor", ())) > 1
         ):
             return [
-                ConfigProblem(
-                    where,
+                ConfigIssue(
+                    "interventions.placement",
                     f"interventions in {config.algorithm.name} runs take one process: the "
                     "actor stepping its own env copies (no env or rollout processes, one "
                     "actor rank)",
+                    where,
                 )
             ]
     if source == "console" and components.get("env"):
         return [
-            ConfigProblem(
-                where,
+            ConfigIssue(
+                "interventions.placement",
                 "the console's robots are the learner's own env copies: remove the env "
                 "processes from cluster.component_placement",
+                where,
             )
         ]
     return []
 
 
-def _message(issue: Mapping[str, Any]) -> str:
+def _schema_problem(issue: Mapping[str, Any]) -> ConfigIssue:
+    """A problem pydantic found, its rule named after pydantic's error type."""
     if issue["type"] == "extra_forbidden":
-        return "unknown key"
-    return str(issue["msg"])
+        return ConfigIssue("config.unknown_key", "unknown key", tuple(issue["loc"]))
+    return ConfigIssue(f"config.{issue['type']}", str(issue["msg"]), tuple(issue["loc"]))
 
 
 def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> ExperimentConfig:
@@ -339,10 +359,12 @@ def load_config(path: str | Path | None, overrides: Iterable[str] = ()) -> Exper
         try:
             text = Path(path).read_text()
         except OSError as error:
-            raise ConfigError.single("", f"cannot read {path}: {error.strerror}") from None
+            raise ConfigError.single(
+                (), f"cannot read {path}: {error.strerror}", rule="config.unreadable"
+            ) from None
         data = parse_yaml(text, str(path)) or {}
         if not isinstance(data, dict):
-            raise ConfigError.single("", f"{path} must hold a mapping of sections")
+            raise ConfigError.single((), f"{path} must hold a mapping of sections", rule=_TYPE)
     for override in overrides:
         apply_override(data, override)
     return validate_config(data)

@@ -19,16 +19,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.config.errors import format_key_path
+from trainer.key_paths import KeyPath
 
 PROCESS_SETTINGS = ("env_vars", "python_interpreter_path")
 
 
-def process_setting_paths(config: Any) -> list[str]:
+def process_setting_paths(config: Any) -> list[KeyPath]:
     """Key paths of the process-level settings in a raw config mapping (parsed YAML or
     an API payload, before validation), e.g.
-    ``cluster.node_groups[0].env_configs[1].env_vars``. Empty values set nothing and are
-    left out; malformed sections are the schema's to report."""
+    ``("cluster", "node_groups", 0, "env_configs", 1, "env_vars")``. Empty values set
+    nothing and are left out; malformed sections are the schema's to report."""
     cluster = config.get("cluster") if isinstance(config, Mapping) else None
     groups = cluster.get("node_groups") if isinstance(cluster, Mapping) else None
     paths = []
@@ -39,6 +39,7 @@ def process_setting_paths(config: Any) -> list[str]:
                 continue
             for key in PROCESS_SETTINGS:
                 if env.get(key) not in (None, "", [], {}):
-                    where = ("cluster", "node_groups", group_index, "env_configs", env_index, key)
-                    paths.append(format_key_path(where))
+                    paths.append(
+                        ("cluster", "node_groups", group_index, "env_configs", env_index, key)
+                    )
     return paths

@@ -10,33 +10,22 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from trainer.bounded_yaml import load_bounded
-from trainer.config.errors import ConfigProblem, format_key_path
+from trainer.key_paths import ConfigIssue, KeyPath, line_of
 
 
-def key_lines(text: str) -> dict[str, int]:
-    """``{"a.b[1]": line}`` (1-based) for every key and list item of `text`; empty when
-    it is not YAML (its syntax error carries its own line)."""
+def key_lines(text: str) -> dict[KeyPath, int]:
+    """``{("a", "b", 1): line}`` (1-based) for every key and list item of `text`; empty
+    when it is not YAML (its syntax error carries its own line)."""
     try:  # within the same limits as the config itself: the text may be hostile
         document = load_bounded(text, typ="rt")
     except YAMLError:
         return {}
-    lines: dict[str, int] = {}
+    lines: dict[KeyPath, int] = {}
     _walk(document, (), lines, set())
     return lines
 
 
-def line_of(path: str, lines: dict[str, int]) -> int | None:
-    """The line of `path`, else of its nearest written ancestor (a missing key is
-    reported where its parent is)."""
-    while path:
-        if path in lines:
-            return lines[path]
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return None
-
-
-def _walk(node: Any, path: tuple, lines: dict[str, int], seen: set[int]) -> None:
+def _walk(node: Any, path: KeyPath, lines: dict[KeyPath, int], seen: set[int]) -> None:
     # An alias points at a node already walked: walking it again would make an
     # alias-heavy document cost exponential time.
     if id(node) in seen:
@@ -45,17 +34,17 @@ def _walk(node: Any, path: tuple, lines: dict[str, int], seen: set[int]) -> None
         seen.add(id(node))
         for key, value in node.items():
             child = (*path, str(key))
-            lines[format_key_path(child)] = node.lc.key(key)[0] + 1
+            lines[child] = node.lc.key(key)[0] + 1
             _walk(value, child, lines, seen)
     elif isinstance(node, CommentedSeq):
         seen.add(id(node))
         for index, value in enumerate(node):
             child = (*path, index)
-            lines[format_key_path(child)] = node.lc.item(index)[0] + 1
+            lines[child] = node.lc.item(index)[0] + 1
             _walk(value, child, lines, seen)
 
 
-def problem_lines(problems: Sequence[ConfigProblem], text: str) -> list[int | None]:
+def problem_lines(problems: Sequence[ConfigIssue], text: str) -> list[int | None]:
     """The line of each problem of a config read from `text`."""
     lines = key_lines(text) if text else {}
     return [problem.line or line_of(problem.path, lines) for problem in problems]

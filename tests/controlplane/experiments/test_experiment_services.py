@@ -31,10 +31,12 @@ def test_invalid_configs_name_their_key_paths_and_store_nothing():
     bad = CONFIG.replace("action_horizons_pattern: [5, 10, 15]", "action_horizons_pattern: [5, 7]")
     with pytest.raises(ConfigError) as caught:
         services.create_experiment("bad", bad)
-    assert any(p.path.startswith("rollout.action_horizons_pattern") for p in caught.value.problems)
+    assert any(
+        p.location.startswith("rollout.action_horizons_pattern") for p in caught.value.problems
+    )
     with pytest.raises(ConfigError) as caught:
         services.create_experiment("bad", "algorithm: {name: sarsa}\n")
-    assert any(p.path == "algorithm.name" for p in caught.value.problems)
+    assert any(p.location == "algorithm.name" for p in caught.value.problems)
     assert not Revision.objects.exists()
 
 

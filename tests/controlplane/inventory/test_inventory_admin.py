@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from controlplane.inventory.models import Cluster
+from controlplane.inventory.models import Cluster, NodeGroup
 
 pytestmark = pytest.mark.django_db
 
@@ -56,3 +56,14 @@ def test_it_shows_validation_errors(admin_client):
     ).content.decode()
     assert "num_nodes" in page
     assert not Cluster.objects.filter(name="bad").exists()
+
+
+def test_a_cluster_whose_rows_were_edited_into_an_invalid_one_still_opens(admin_client):
+    submit(admin_client, "/admin/inventory/cluster/add/", {"name": "lab", "yaml_text": TWO_NODES})
+    cluster = Cluster.objects.get(name="lab")
+    NodeGroup.objects.filter(cluster=cluster, label="gpu").update(node_ranks="0-9")
+    page = admin_client.get(f"/admin/inventory/cluster/{cluster.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "The stored cluster is invalid" in html
+    assert "cluster.node_groups[0].node_ranks" in html and "0-9" in html

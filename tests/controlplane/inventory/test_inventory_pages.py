@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from controlplane.inventory.models import Cluster
+from controlplane.inventory.models import Cluster, NodeGroup
 from controlplane.inventory.services import import_cluster_yaml
 
 pytestmark = pytest.mark.django_db
@@ -66,6 +66,17 @@ def test_it_exports_and_edits_the_yaml(user_client):
     text = exported.content.decode().replace("num_nodes: 2", "num_nodes: 3")
     assert user_client.post("/cluster/lab/edit/", {"yaml_text": text}).status_code == 302
     assert Cluster.objects.get(name="lab").num_nodes == 3
+
+
+def test_the_editor_opens_rows_edited_into_an_invalid_cluster_with_their_problems(user_client):
+    import_cluster_yaml("lab", TWO_NODES)
+    NodeGroup.objects.filter(label="gpu").update(node_ranks="0-9")
+    page = user_client.get("/cluster/lab/edit/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "cluster.node_groups[0].node_ranks" in html and "node_ranks.out_of_range" in html
+    assert "0-9" in html  # the rows as they are, to be fixed
+    assert user_client.post("/cluster/lab/edit/", {"yaml_text": TWO_NODES}).status_code == 302
 
 
 def test_the_editor_validates_as_you_type(user_client):

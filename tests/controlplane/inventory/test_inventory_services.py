@@ -6,13 +6,17 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from controlplane.inventory.models import Cluster, Node, Robot
+from controlplane.experiments.services import create_experiment
+from controlplane.inventory.models import Cluster, EnvConfig, Node, NodeGroup, Robot
 from controlplane.inventory.services import (
+    editable_cluster_yaml,
     export_cluster_yaml,
     import_cluster_yaml,
     to_trainer_cluster,
 )
+from controlplane.runs.launch import freeze_config
 from trainer import cluster as tc
+from trainer.config.errors import ConfigError
 
 pytestmark = pytest.mark.django_db
 
@@ -88,3 +92,37 @@ def test_a_node_lists_the_interpreter_of_each_of_its_groups():
     }
     single = Node.objects.get(cluster=cluster, rank=1)
     assert single.python_interpreter_path == "/opt/venv/sim/bin/python3"
+
+
+def test_rows_edited_into_an_invalid_cluster_name_their_problems_instead_of_failing():
+    text = (Path(settings.BASE_DIR) / "examples/clusters/two_nodes.yaml").read_text()
+    cluster = import_cluster_yaml("lab", text)
+    # Rows can be changed outside save_cluster (the admin's shell, the database).
+    NodeGroup.objects.filter(cluster=cluster, label="gpu").update(
+        node_ranks="0-9", accelerator_count=None
+    )
+    EnvConfig.objects.filter(node_group__label="robot").update(env_vars={"A": "1"})
+    Robot.objects.filter(node_group__cluster=cluster).update(extra=["not", "a", "mapping"])
+    with pytest.raises(tc.ClusterConfigError) as caught:
+        to_trainer_cluster(cluster)
+    found = {(issue.rule, issue.location) for issue in caught.value.issues}
+    assert found == {
+        ("node_ranks.out_of_range", "cluster.node_groups[0].node_ranks"),
+        ("accelerators.count", "cluster.node_groups[0].accelerators.count"),
+        ("env_var.format", "cluster.node_groups[1].env_configs[0].env_vars"),
+        ("storage.invalid", "cluster.node_groups[1].hardware.configs[0]"),
+    }
+    text, problems = editable_cluster_yaml(cluster)  # what an editor starts from
+    assert "0-9" in text and {issue.rule for issue in problems} >= {"node_ranks.out_of_range"}
+
+
+def test_a_launch_on_an_invalid_stored_cluster_is_a_config_error():
+    cluster = import_cluster_yaml("c", "cluster:\n  num_nodes: 2\n")
+    Cluster.objects.filter(pk=cluster.pk).update(accelerator_declarations=[{"count": 1}])
+    experiment = create_experiment("reach", "runner:\n  iterations: 1\n")
+    with pytest.raises(ConfigError) as caught:
+        freeze_config(experiment.latest_revision, [], Cluster.objects.get(pk=cluster.pk))
+    assert {(problem.rule, problem.location) for problem in caught.value.problems} == {
+        ("accelerators.type", "cluster.accelerators[0].type"),
+        ("accelerators.format", "cluster.accelerators[0].node_ranks"),
+    }

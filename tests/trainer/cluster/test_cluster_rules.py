@@ -366,3 +366,30 @@ def test_a_cluster_built_in_python_is_checked_by_ensure_valid_and_resolve():
         "node_group.label_duplicate",
         "node_ranks.out_of_range",
     }
+
+
+def test_entries_that_cannot_be_read_are_left_out_and_the_rest_still_checked():
+    def mutate(section):
+        section["node_groups"].insert(0, 42)  # not a node group: reported, left out
+        section["node_groups"][1]["accelerators"] = {"type": "A800", "count": "8"}
+        section["node_groups"][1]["env_configs"][0]["env_vars"] = [{"A": 1.5}]
+        section["node_groups"][2]["label"] = "node"  # semantic: still checked
+
+    found = sorted((issue.rule, issue.location) for issue in errors_for(mutate))
+    assert found == [
+        ("accelerators.count", "cluster.node_groups[1].accelerators.count"),
+        ("env_var.value", "cluster.node_groups[1].env_configs[0].env_vars[0].A"),
+        ("node_group.label_reserved", "cluster.node_groups[2].label"),
+        ("node_group.type", "cluster.node_groups[0]"),
+    ]
+
+
+def test_a_wrong_num_nodes_does_not_hide_the_other_structural_problems():
+    def mutate(section):
+        section["num_nodes"] = "four"
+        section["node_groups"][0]["ignore_hardware"] = "yes"
+
+    assert sorted(issue.rule for issue in errors_for(mutate)) == [
+        "cluster.num_nodes",
+        "node_group.ignore_hardware",
+    ]

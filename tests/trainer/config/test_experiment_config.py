@@ -175,7 +175,7 @@ def test_the_cluster_section_is_checked_by_trainer_cluster_with_key_paths():
                 }
             }
         )
-    paths = [problem.path for problem in caught.value.problems]
+    paths = [problem.location for problem in caught.value.problems]
     assert "cluster.node_groups[0].node_ranks" in paths
     assert all(path.startswith("cluster") for path in paths)
 
@@ -183,14 +183,14 @@ def test_the_cluster_section_is_checked_by_trainer_cluster_with_key_paths():
 def test_a_placement_past_the_cluster_is_refused_with_its_key_path():
     with pytest.raises(ConfigError) as caught:
         validate_config({"cluster": {"num_nodes": 1, "component_placement": {"actor": "0-3"}}})
-    assert caught.value.problems[0].path == "cluster.component_placement.actor"
+    assert caught.value.problems[0].location == "cluster.component_placement.actor"
     assert "resource rank 3 does not exist" in caught.value.problems[0].message
 
 
 def test_cluster_and_schema_problems_come_together():
     with pytest.raises(ConfigError) as caught:
         validate_config({"runner": {"iterations": -1}, "cluster": {"num_nodes": "two"}})
-    paths = {problem.path for problem in caught.value.problems}
+    paths = {problem.location for problem in caught.value.problems}
     assert {"runner.iterations", "cluster.num_nodes"} <= paths
 
 
@@ -198,5 +198,5 @@ def test_cluster_and_schema_problems_come_together():
 def test_nan_and_infinity_are_not_numbers_a_setting_accepts(number):
     with pytest.raises(ConfigError) as caught:
         validate_config(parse_yaml(f"actor:\n  learning_rate: {number}\n"))
-    assert caught.value.problems[0].path == "actor.learning_rate"
+    assert caught.value.problems[0].location == "actor.learning_rate"
     assert "finite" in caught.value.problems[0].message

@@ -88,4 +88,4 @@ def test_an_on_policy_run_with_interventions_needs_one_action_per_step(tmp_path,
     with pytest.raises(ConfigError) as error:
         load_config("examples/builtin_ppo.yaml", ["env.interventions.source=scripted", *overrides])
     (problem,) = error.value.problems
-    assert problem.path == "env.interventions.source" and wanted in problem.message
+    assert problem.location == "env.interventions.source" and wanted in problem.message
