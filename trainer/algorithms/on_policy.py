@@ -221,12 +221,14 @@ class OnPolicyAlgorithm(ABC):
                 log_prob=draw.log_prob,
                 reward=reward,
                 env_reward=env_reward,
-                done=done.bool(),
-                timeout=timeouts.bool(),
-                success=success.bool(),
-                executed_actions=executed.long(),
-                intervened=intervened.bool(),
-                held=held.bool(),
+                # Flags as the floats they crossed in: the storage gives them their
+                # types once per round, not once per step.
+                done=done,
+                timeout=timeouts,
+                success=success,
+                executed_actions=executed,
+                intervened=intervened,
+                held=held,
             )
         )
         self._pending = None
@@ -368,14 +370,13 @@ class OnPolicyAlgorithm(ABC):
         if s.target_kl is not None and approx_kl > s.target_kl:
             return None
         advantage = mb["advantage"]
-        policy_loss = _weighted_mean(
-            torch.max(
-                -advantage * ratio,
-                -advantage * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio),
-            ),
-            policy_weight,
+        # Each row's share of this rank's policy-gradient mean, worked out once.
+        share = policy_weight / policy_weight.sum().clamp(min=1e-8)
+        surrogate = torch.max(
+            -advantage * ratio, -advantage * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio)
         )
-        entropy_mean = _weighted_mean(entropy, policy_weight)
+        policy_loss = (surrogate * share).sum()
+        entropy_mean = (entropy * share).sum()
         loss = policy_loss - s.entropy_coef * entropy_mean
         stats = {
             "losses/policy_loss": policy_loss.detach(),

@@ -271,8 +271,7 @@ class RLPDLearner:
         - α log π(a'|s')), a' drawn from the current actor."""
         settings = self.settings
         next_action, next_log_prob = self.actor.sample(batch["next_obs"])
-        members = torch.randperm(settings.critic_ensemble, device=self.device)
-        members = members[: settings.critic_subsample]
+        members = _random_subset(settings.critic_ensemble, settings.critic_subsample, self.device)
         next_q = self.target_critic(batch["next_obs"], next_action)[members].min(0).values
         if settings.backup_entropy:
             next_q = next_q - self._alpha() * next_log_prob
@@ -337,3 +336,12 @@ class RLPDLearner:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
         self.updates = state["updates"]
+
+
+def _random_subset(size: int, count: int, device: torch.device) -> torch.Tensor:
+    """`count` distinct indices below `size`, drawn on `device`. On a GPU, the top
+    `count` of uniform draws (two kernels): a permutation there is a sort, the slowest
+    launch of an update."""
+    if device.type == "cpu":
+        return torch.randperm(size, device=device)[:count]
+    return torch.rand(size, device=device).topk(count).indices

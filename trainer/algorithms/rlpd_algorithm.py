@@ -42,6 +42,12 @@ class RLPDAlgorithm:
         self.rlpd, self.num_envs, self.action_dim = rlpd, num_envs, action_dim
         self.generator = generator
         self.device = torch.device(device)
+        # Batches are drawn where the buffers are: on a GPU by a generator of its own,
+        # seeded from `generator` (saved in checkpoints beside it).
+        self.batch_generator = generator
+        if self.device.type == "cuda":
+            seed = int(torch.randint(2**62, (1,), generator=generator, device="cpu"))
+            self.batch_generator = torch.Generator(self.device).manual_seed(seed)
         self.learner = RLPDLearner(obs_shape, action_dim, settings, self.device)
         self.online = ReplayBuffer(rlpd.online_capacity, self.device)
         self.demo = ReplayBuffer(rlpd.demo_capacity, self.device)
@@ -97,7 +103,7 @@ class RLPDAlgorithm:
         self.update_seconds += time.monotonic() - started
 
     def _sample(self) -> dict[str, torch.Tensor]:
-        batch = self.sampler.sample(self.generator)
+        batch = self.sampler.sample(self.batch_generator)
         batch.pop("from_demo")
         return batch
 

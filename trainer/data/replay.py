@@ -71,7 +71,9 @@ class ReplayBuffer:
         """`count` row positions drawn uniformly with replacement, on the buffer's device."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty buffer")
-        # Drawn by a CPU generator (the same rows on any device), then moved.
+        if generator is not None and generator.device == self.device != torch.device("cpu"):
+            # A generator on the buffer's GPU: no copy, no wait for one.
+            return torch.randint(self.size, (count,), generator=generator, device=self.device)
         rows = torch.randint(self.size, (count,), generator=generator, device="cpu")
         return rows.to(self.device)
 

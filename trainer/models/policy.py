@@ -114,10 +114,12 @@ class GaussianChunkPolicy(nn.Module):
         exactly the rollout's log-probabilities for the same parameters.
         """
         chunk = chunk_actions.shape[1]
-        steps = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
-        index = steps[:, :, None].expand(-1, -1, self.action_dim)
         dims = self.env_action_dim
-        mean = self.plan_mean(plan_obs, horizons).gather(1, index)[..., :dims]
+        mean = self.plan_mean(plan_obs, horizons)
+        if chunk < self.max_horizon:  # else every chunk is a whole plan, at offset 0
+            steps = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
+            mean = mean.gather(1, steps[:, :, None].expand(-1, -1, self.action_dim))
+        mean = mean[..., :dims]
         log_std = self.log_std[:dims]
         log_prob = _log_prob(chunk_actions[..., :dims], mean, log_std).sum((1, 2))
         entropy = (chunk * (0.5 + _HALF_LOG_2PI + log_std).sum()).expand(log_prob.shape[0])

@@ -279,8 +279,14 @@ class RLPDRunner(TrainingLoop):
             "torch_rng": torch.get_rng_state(),
             **gpu_rng_state(self.algorithm.device),
             "sampling_rng": self.generator.get_state(),
+            **self._gpu_batch_rng(),
             "config": self.config.model_dump(mode="json"),
         }
+
+    def _gpu_batch_rng(self) -> dict[str, Any]:
+        """The generator of the GPU's batches, where the buffers are on one."""
+        generator = self.algorithm.batch_generator
+        return {} if generator is self.generator else {"batch_rng": generator.get_state()}
 
     def save_beside(self, final: bool) -> None:
         """Both buffers, at the end, at a stop, and every `buffer_snapshot_every`."""
@@ -302,6 +308,9 @@ class RLPDRunner(TrainingLoop):
         torch.set_rng_state(state["torch_rng"])
         load_gpu_rng_state(state, self.algorithm.device)
         self.generator.set_state(state["sampling_rng"])
+        batch_rng = state.get("batch_rng")  # a GPU run's: resumed where the buffers are
+        if batch_rng is not None and self.algorithm.batch_generator is not self.generator:
+            self.algorithm.batch_generator.set_state(batch_rng)
         buffers = latest_checkpoint(self.buffer_dir)
         if buffers is not None:
             self.algorithm.load_buffers(load_checkpoint(buffers))
