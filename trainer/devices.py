@@ -115,3 +115,31 @@ def load_gpu_rng_state(state: dict[str, Any], device: torch.device) -> None:
     (or the reverse) restores the generator both have; the GPU's starts from the seed."""
     if device.type == "cuda" and "cuda_rng" in state:
         torch.cuda.set_rng_state(state["cuda_rng"], device)
+
+
+def describe_device(device: torch.device) -> str:
+    """What the run page shows a process computes on: ``cpu``, or the GPU's index as the
+    process sees it and its name (``cuda:0 NVIDIA H100 80GB HBM3``)."""
+    if device.type != "cuda":
+        return str(device)
+    return f"{device} {torch.cuda.get_device_name(device)}"
+
+
+def device_metrics(device: torch.device) -> dict[str, float]:
+    """The process's GPU memory this iteration (GiB allocated now, reserved by torch's
+    caching allocator, and the peak since the last call) and the GPU's utilisation (%,
+    where NVML is installed); nothing on the CPU."""
+    if device.type != "cuda":
+        return {}
+    gib = 2.0**30
+    metrics = {
+        "device/memory_allocated_gb": torch.cuda.memory_allocated(device) / gib,
+        "device/memory_reserved_gb": torch.cuda.memory_reserved(device) / gib,
+        "device/memory_peak_gb": torch.cuda.max_memory_allocated(device) / gib,
+    }
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        metrics["device/utilization"] = float(torch.cuda.utilization(device))
+    except (ModuleNotFoundError, RuntimeError):  # no NVML bindings, or NVML refused
+        pass
+    return metrics

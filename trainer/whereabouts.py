@@ -18,10 +18,16 @@ class ProcessReport:
     pid: int
     visible_devices: str | None  # the accelerators the process sees (None: not restricted)
     interpreter: str
+    device: str | None = None  # what it computes on (trainer.devices.describe_device)
 
     @classmethod
     def here(
-        cls, component: str, rank: int, node_rank: int, node_ip: str | None = None
+        cls,
+        component: str,
+        rank: int,
+        node_rank: int,
+        node_ip: str | None = None,
+        device: str | None = None,
     ) -> ProcessReport:
         return cls(
             component=component,
@@ -31,6 +37,7 @@ class ProcessReport:
             pid=os.getpid(),
             visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
             interpreter=sys.executable,
+            device=device,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -54,6 +54,7 @@ def test_ppo_learns_on_the_gpu(tmp_path, precision):
     finally:
         runner.close()
     assert [round(h["losses/updates"]) > 0 for h in history] == [True] * 12
+    assert 0 < history[-1]["device/memory_allocated_gb"] <= history[-1]["device/memory_peak_gb"]
     first = history[0]["rollout/success_rate"]
     last = sum(h["rollout/success_rate"] for h in history[-3:]) / 3
     assert last > first, (first, last)

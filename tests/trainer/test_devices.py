@@ -11,7 +11,7 @@ from tests.device_guard import DeviceGuard
 from trainer.commands.run import run
 from trainer.config import load_config
 from trainer.config.errors import ConfigError
-from trainer.devices import HostToDevice, resolve_device
+from trainer.devices import HostToDevice, describe_device, device_metrics, resolve_device
 from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.rlpd_runner import RLPDRunner
 
@@ -105,6 +105,11 @@ def test_the_run_command_exits_2_naming_the_device_key(tmp_path, capsys):
                   "actor.device=cuda:0", "runner.progress=false"])  # fmt: skip
     assert status == 2
     assert "actor.device: cuda:0 is not there" in capsys.readouterr().err
+
+
+def test_a_cpu_process_says_so_and_reports_no_gpu_memory():
+    assert describe_device(torch.device("cpu")) == "cpu"
+    assert device_metrics(torch.device("cpu")) == {}
 
 
 def test_host_to_device_copies_are_the_same_tensor_on_the_cpu():

@@ -19,8 +19,10 @@ from typing import Any
 from trainer.cluster import ClusterConfigError
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
+from trainer.devices import describe_device
 from trainer.link.environment import Link
 from trainer.link.reporter import RunReporter, report_failure, run_link
+from trainer.runner.build import compute_device
 from trainer.runner.loop import NothingToResumeError, has_checkpoint, run_folder
 from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.stop_request import StopRequest
@@ -96,7 +98,8 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         if plan is not None:
             return _train_distributed(config, plan, resume, reporter)
         reporter.started(resume=resume)
-        _placed(reporter, [ProcessReport.here("actor", 0, 0)])
+        device = describe_device(compute_device(config))
+        _placed(reporter, [ProcessReport.here("actor", 0, 0, device=device)])
         if config.algorithm.name == "rlpd":
             from trainer.runner.rlpd_runner import RLPDRunner  # only what the config needs
 

@@ -28,7 +28,7 @@ from trainer.data.samplers import (
     round_init_state_indices,
     shard_tasks,
 )
-from trainer.devices import gpu_rng_state, load_gpu_rng_state
+from trainer.devices import device_metrics, gpu_rng_state, load_gpu_rng_state
 from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
@@ -167,6 +167,7 @@ class OnPolicyRunner(TrainingLoop):
         self.iteration += 1
         self.task_cursor.advance()
         metrics.update(rates_from_counts(counts))
+        metrics.update(device_metrics(self.algorithm.device))
         metrics.update(
             {
                 "rollout/task_id": float(task_id if task_id is not None else -1),

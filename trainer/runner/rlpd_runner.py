@@ -35,7 +35,7 @@ from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
 from trainer.data.replay import compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
-from trainer.devices import gpu_rng_state, load_gpu_rng_state
+from trainer.devices import device_metrics, gpu_rng_state, load_gpu_rng_state
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
@@ -223,6 +223,7 @@ class RLPDRunner(TrainingLoop):
         counts[f"task{task_id}_total_count"] = float(copies)
         metrics = rates_from_counts(counts)
         metrics.update(algorithm.update_means())
+        metrics.update(device_metrics(algorithm.device))
         # Critic updates per transition stored this iteration: RLPD's update-to-data ratio.
         metrics["rlpd/utd"] = (
             len(update_metrics) * self.config.algorithm.rlpd.cta_ratio / max(env_steps, 1)

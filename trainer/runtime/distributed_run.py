@@ -38,7 +38,7 @@ from trainer.cluster import Plan, cluster_from_dict, resolve_placement
 from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
-from trainer.devices import visible_gpus
+from trainer.devices import describe_device, visible_gpus
 from trainer.runner.build import compute_device, copies_per_rank, env_options
 from trainer.runtime.ray_calls import answer, connect, has_failed
 from trainer.runtime.shared_folder import check_shared_folder, reads_back
@@ -156,7 +156,9 @@ class ActorRank:
             ),
             env=env,
         )
-        here = ProcessReport.here(ACTOR, self.rank, self.node_rank, node_ip)
+        here = ProcessReport.here(
+            ACTOR, self.rank, self.node_rank, node_ip, describe_device(device)
+        )
         reports = [here, *(env.reports if env is not None else [])]
         if rollout_worker is not None:
             from trainer.runtime.rollout_workers import RemoteDecider

@@ -45,8 +45,8 @@ class EnvWorker:
     def describe(self, node_rank: int) -> dict[str, Any]:
         return {
             **env_facts(self.env),
-            "where": ProcessReport.here(
-                ENV, self.rank, node_rank, ray.util.get_node_ip_address()
+            "where": ProcessReport.here(  # envs step on the CPU
+                ENV, self.rank, node_rank, ray.util.get_node_ip_address(), "cpu"
             ).to_json(),
         }
 

@@ -38,6 +38,7 @@ from trainer.cluster import Plan
 from trainer.config.env_shards import ENV, ROLLOUT, shard_sizes
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
+from trainer.devices import describe_device
 from trainer.runner.rlpd_episodes import EpisodeStats, run_episodes
 from trainer.runtime.distributed_run import (
     ACTOR,
@@ -117,8 +118,8 @@ class RLPDActorWorker:
             "action_dim": env.action_dim,
             "num_tasks": env.num_tasks,
             "init_state_counts": [int(env.init_states(t).shape[0]) for t in range(env.num_tasks)],
-            "where": ProcessReport.here(
-                ENV, self.rank, self.node_rank, ray.util.get_node_ip_address()
+            "where": ProcessReport.here(  # an actor steps its copies and acts on the CPU
+                ENV, self.rank, self.node_rank, ray.util.get_node_ip_address(), "cpu"
             ).to_json(),
         }
 
@@ -328,7 +329,10 @@ class RLPDLearnerProcess:
             on_checkpoint=lambda it, path: self.reports.put(("checkpoint", it, str(path))),
             actors=actors,
         )
-        here = ProcessReport.here(ACTOR, 0, self.node_rank, ray.util.get_node_ip_address())
+        here = ProcessReport.here(
+            ACTOR, 0, self.node_rank, ray.util.get_node_ip_address(),
+            describe_device(self.runner.algorithm.device),
+        )  # fmt: skip
         return here.to_json()
 
     def learn(self, resume: bool) -> dict[str, Any]:

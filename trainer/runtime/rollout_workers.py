@@ -48,13 +48,15 @@ class RolloutWorker:
     def prepare(self, obs_shape: tuple[int, ...], env_action_dim: int) -> dict[str, Any]:
         """Build the policy for the rank's env, on this process's `actor.device`; where
         this process is, for the run page."""
+        from trainer.devices import describe_device
         from trainer.runner.build import build_policy, compute_device
 
         self.device = compute_device(self.config)
         self.policy = build_policy(self.config, tuple(obs_shape), env_action_dim)
         self.policy.to(self.device).eval()
         node_ip = ray.util.get_node_ip_address()
-        return ProcessReport.here(ROLLOUT, self.rank, self.node_rank, node_ip).to_json()
+        device = describe_device(self.device)
+        return ProcessReport.here(ROLLOUT, self.rank, self.node_rank, node_ip, device).to_json()
 
     def start_round(
         self, horizons: torch.Tensor, weights: dict[str, torch.Tensor] | None, seed: int

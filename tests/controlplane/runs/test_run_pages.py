@@ -191,13 +191,16 @@ def test_the_run_page_shows_where_each_process_is_next_to_the_plan(client):
     assert table.count("<tr data-component=") == 2 and "starting" in table
     processes = [
         {"component": "actor", "rank": rank, "node_rank": rank, "node_ip": f"10.0.0.{rank + 1}",
-         "pid": 4000 + rank, "visible_devices": None, "interpreter": "/usr/bin/python3"}
+         "pid": 4000 + rank, "visible_devices": None, "interpreter": "/usr/bin/python3",
+         "device": f"cuda:0 NVIDIA H100 80GB HBM3 <{rank}>"}
         for rank in (0, 1)
     ]  # fmt: skip
     RunEvent.objects.create(run=run, kind="placed", data={"processes": processes})
     page = client.get(f"/runs/{run.pk}/").content.decode()
     row = page[page.index('data-component="actor" data-rank="1"') :].split("</tr>")[0]
     assert "node 1" in row and "10.0.0.2" in row and "4001" in row and "all" in row
+    # what the process computes on, as text
+    assert "<td>cuda:0 NVIDIA H100 80GB HBM3 &lt;1&gt;</td>" in row
 
 
 def test_only_an_operator_resumes_an_interrupted_run_and_only_once(operator, client):
