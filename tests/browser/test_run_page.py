@@ -293,6 +293,8 @@ def test_a_finished_run_renders_its_stored_charts(page):
     assert lines["h15"]["y"][-1] == iteration(12)["rollout/plan_success_rate_h15"]
     throughput = drawn(page, "throughput")
     assert throughput["env steps/s"]["x"] == steps_up_to(12)
+    # computed on the CPU: no GPU memory reported, no empty chart for it
+    expect(page.locator('figure[data-chart="device"]')).to_be_hidden()
     assert throughput["iteration s"]["y"] == [0.5] * 12
     summary = page.locator("#run-summary")
     expect(summary.locator('[data-field="state"]')).to_have_text("succeeded")
@@ -328,6 +330,11 @@ def rlpd_iteration(step: int) -> dict[str, float]:
         "charts/SPS": 500.0,
         "charts/update_rate": 90.0,
         "charts/env_steps": 320.0 * step,
+        # a learner on a GPU (trainer/devices.py)
+        "device/memory_allocated_gb": 1.0 + 0.5 * step,
+        "device/memory_reserved_gb": 4.0,
+        "device/memory_peak_gb": 2.0 + 0.5 * step,
+        "device/utilization": 10.0 * step,
     }
 
 
@@ -353,4 +360,8 @@ def test_an_rlpd_run_charts_q_values_temperature_interventions_and_buffers(page)
     success = drawn(page, "success")
     assert success["without intervention"]["y"] == pytest.approx([0.05, 0.1, 0.15, 0.2])
     assert drawn(page, "kl") is None  # no policy-gradient charts on an off-policy run
+    expect(page.locator('figure[data-chart="device"]')).to_be_visible()
+    gpu = drawn(page, "device")
+    assert gpu["allocated GiB"]["y"] == [1.5, 2.0, 2.5, 3.0]
+    assert gpu["peak GiB"]["y"][-1] == 4.0 and gpu["utilisation %"]["y"][-1] == 40.0
     link.close(timeout=30)

@@ -24,12 +24,14 @@
   const PATTERNS = OFF_POLICY ? [
     SUCCESS, "rollout/unassisted_success_rate", "rollout/episode_return", "rlpd/*",
     "interventions/rate", "buffers/*", "charts/SPS", "charts/update_rate", "charts/env_steps",
+    "device/*",
   ] : [
     SUCCESS, "rollout/plan_success_rate_h*", "rollout/episode_return",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
     "losses/clip_fraction", "charts/SPS", "charts/iteration_seconds",
     "charts/learning_rate", "charts/env_steps",
     ...(context.interventions !== "none" ? ["interventions/rate"] : []),
+    "device/*",
   ];
   const view = { xMode: "step", smoothing: 0 };
   let store = new RunSeries(context.run, PATTERNS, view.xMode);
@@ -79,13 +81,29 @@
     { name: "throughput", title: "Throughput", linesFor: () => [
       line("charts/SPS", "env steps/s", 5), line("charts/update_rate", "updates/s", 8, { scale: "value" })] },
   ];
-  const charts = (OFF_POLICY ? OFF_POLICY_SPECS : SPECS).map((spec) => {
+  // A run on a GPU reports its memory each iteration (trainer/devices.py); the chart
+  // stays hidden for runs that compute on the CPU, which report none.
+  const GPU_MEMORY = "device/memory_allocated_gb";
+  const DEVICE = { name: "device", title: "GPU memory (GiB) and utilisation", linesFor: () => [
+    line(GPU_MEMORY, "allocated GiB", 0), line("device/memory_reserved_gb", "reserved GiB", 1),
+    line("device/memory_peak_gb", "peak GiB", 3),
+    ...(store.keys.has("device/utilization")
+      ? [line("device/utilization", "utilisation %", 6, { scale: "value" })] : [])] };
+  const charts = [...(OFF_POLICY ? OFF_POLICY_SPECS : SPECS), DEVICE].map((spec) => {
     const box = ArmatureCharts.chartFigure(spec);
     document.getElementById("run-charts").appendChild(box);
-    return new MetricChart(box.querySelector(".plot"), spec, view);
+    const chart = new MetricChart(box.querySelector(".plot"), spec, view);
+    chart.box = box;
+    return chart;
   });
   const redraw = throttled(() => {
-    for (const chart of charts) chart.render();
+    for (const chart of charts) {
+      const shown = chart.spec !== DEVICE || store.keys.has(GPU_MEMORY);
+      const appears = shown && chart.box.hidden;
+      chart.box.hidden = !shown;
+      chart.render();
+      if (appears) chart.resize(); // it was drawn while hidden, at no width
+    }
     updateSummary();
   }, 25);
   window.addEventListener("resize", throttled(() => {
