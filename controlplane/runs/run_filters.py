@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import django_filters as filters
 from django.db import connection
@@ -23,7 +25,33 @@ def _unknown(what: str, values: tuple[str, ...] | list[str]) -> dict[str, str]:
     return {"invalid_choice": f"Unknown {what} '%(value)s'; use one of {', '.join(values)}."}
 
 
-class RunOrdering(filters.OrderingFilter):
+class CopiedShallow:
+    """A FilterSet deep-copies its filters for every request, choices and messages
+    included: most of what a list request spends in it. A filter's per-request state is
+    only its `parent` and `model`, set on the copy, so a shallow copy is enough."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        copied = copy.copy(self)
+        if getattr(copied, "method", None) is not None:
+            copied.method = copied.method  # its FilterMethod must call the copy's parent
+        return copied
+
+
+@functools.cache
+def copied_shallow(cls: type) -> type:
+    """`cls` whose instances are copied shallow when deep-copied (see CopiedShallow)."""
+    return type(cls.__name__, (CopiedShallow, cls), {})
+
+
+class ChoiceFilter(CopiedShallow, filters.ChoiceFilter):
+    pass
+
+
+class CharFilter(CopiedShallow, filters.CharFilter):
+    pass
+
+
+class RunOrdering(CopiedShallow, filters.OrderingFilter):
     """Sorts by one of ORDER_FIELDS, runs without a value (no success yet, not started)
     last either way; ties newest first."""
 
@@ -38,18 +66,18 @@ class RunOrdering(filters.OrderingFilter):
 
 
 class RunFilterSet(filters.FilterSet):
-    state = filters.ChoiceFilter(
+    state = ChoiceFilter(
         choices=RunState.choices, help_text="only runs in this state",
         error_messages=_unknown("state", RunState.values),
     )  # fmt: skip
-    experiment = filters.CharFilter(
+    experiment = CharFilter(
         field_name="experiment__name", help_text="only runs of this experiment (name)"
     )
-    tag = filters.CharFilter(method="with_tag", help_text="only runs with this tag")
-    creator = filters.CharFilter(
+    tag = CharFilter(method="with_tag", help_text="only runs with this tag")
+    creator = CharFilter(
         field_name="created_by__username", help_text="only runs launched by this username"
     )
-    kind = filters.ChoiceFilter(
+    kind = ChoiceFilter(
         choices=RunKind.choices, help_text="only runs of this kind",
         error_messages=_unknown("kind", RunKind.values),
     )  # fmt: skip
@@ -70,7 +98,12 @@ class RunFilterSet(filters.FilterSet):
     def get_form_class(self) -> type:
         cls = type(self)
         if cls.__dict__.get("_form_class") is None:
-            cls._form_class = super().get_form_class()
+            form_class = super().get_form_class()
+            # A form deep-copies its fields too, for every request; these are only
+            # read (cleaning a query string), never changed by one.
+            for field in form_class.base_fields.values():
+                field.__class__ = copied_shallow(type(field))
+            cls._form_class = form_class
         return cls._form_class
 
     def __init__(self, data=None, *args, **kwargs) -> None:
