@@ -151,3 +151,19 @@ def test_the_api_docs_start_up_script_is_a_file_of_its_own(user_client):
     assert script.status_code == 200
     assert script["Content-Type"].startswith("application/javascript")
     assert "SwaggerUIBundle" in script.content.decode()
+
+
+def test_no_script_of_ours_inserts_text_as_html():
+    """Server text reaches pages as text (textContent, template escaping). The one
+    `innerHTML` left parses the server's own template-escaped fragment inert, inside a
+    <template>, to hand it back to htmx: nothing else may join it."""
+    from pathlib import Path
+
+    allowed = {("app.js", "incoming.innerHTML = text;"), ("app.js", "return incoming.innerHTML;")}
+    found = set()
+    for script in (Path(__file__).resolve().parents[2] / "frontend/static/armature").glob("*.js"):
+        for line in script.read_text().splitlines():
+            if any(sink in line for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML",
+                                              "document.write")):  # fmt: skip
+                found.add((script.name, line.strip()))
+    assert found == allowed
