@@ -9,6 +9,7 @@ so rounds of the same config always have the same ``T`` and concatenate along ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
@@ -329,7 +330,7 @@ def minibatches(
     for name, value in samples.items():
         columns = by_dtype.setdefault(value.dtype, [])
         start = sum(c.shape[1] for c in columns)
-        flat = value.reshape(count, -1)
+        flat = value.reshape(count, math.prod(value.shape[1:]))  # also with no rows
         columns.append(flat)
         layout.append((name, value.dtype, start, flat.shape[1], tuple(value.shape[1:])))
     for dtype, columns in by_dtype.items():

@@ -203,3 +203,32 @@ def test_a_success_a_human_rescued_is_no_success_of_the_policy(cls, rescued_grou
     metrics = rates_from_counts(episode_counts(batch))
     assert metrics["rollout/success_rate"] == pytest.approx(3 / 8)
     assert metrics["rollout/unassisted_success_rate"] == pytest.approx(1 / 6)
+
+
+@pytest.mark.parametrize("count", [0, 5, 23])
+def test_minibatches_split_every_row_once_with_its_columns_intact(count):
+    """Minibatches select packed columns (one selection per dtype): each row comes out
+    once, every column with its own shape and dtype, also with no rows at all."""
+    from trainer.data.rollout_storage import empty_training_samples, minibatches
+
+    samples = empty_training_samples((3,), 2, 4)
+    if count:
+        samples = {
+            "obs": torch.randn(count, 3), "plan_obs": torch.randn(count, 3),
+            "actions": torch.randn(count, 2, 4), "chunk_offset": torch.arange(count),
+            "plan_horizon": torch.arange(count) * 10, "log_prob": torch.randn(count),
+            "value": torch.randn(count), "advantage": torch.arange(count).float(),
+            "returns": torch.randn(count), "weight": torch.ones(count),
+            "policy_weight": torch.ones(count),
+        }  # fmt: skip
+    parts = list(minibatches(samples, 4, torch.Generator().manual_seed(0), keep_empty=True))
+    assert len(parts) == 4
+    order = torch.cat([part["chunk_offset"] for part in parts])
+    assert sorted(order.tolist()) == list(range(count))
+    for part in parts:
+        for name, value in part.items():
+            assert value.dtype == samples[name].dtype
+            assert value.shape[1:] == samples[name].shape[1:]
+        rows = part["chunk_offset"]
+        assert torch.equal(part["actions"], samples["actions"][rows])
+        assert torch.equal(part["plan_horizon"], rows * 10)

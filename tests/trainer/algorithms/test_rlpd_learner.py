@@ -241,3 +241,37 @@ def test_a_critic_saved_with_one_shared_layer_norm_still_loads():
     critics.load_state_dict(state)
     assert torch.equal(critics.net[1].weight, torch.full((4, 1, 8), 2.0))
     assert torch.equal(critics.net[1].bias, torch.full((4, 1, 8), 0.5))
+
+
+def test_update_rounds_are_paid_for_per_stored_transition():
+    """RLPD's update-to-data ratio is per transition: `updates_per_step` rounds per
+    `num_envs` stored rows, however many copies are still in their episode. With 8
+    copies and 2 rounds per step of all of them, hand-computed: 8 rows pay 2 rounds;
+    then 3 + 3 + 2 rows pay 0.75, 1.5 (one round, 0.5 owed) and 2.0 (the second)."""
+    from trainer.algorithms.rlpd_algorithm import RLPDAlgorithm
+    from trainer.config.schema import RLPDConfig
+
+    rlpd = RLPDConfig(
+        batch_size=4, demo_fraction=0.0, training_starts=0, updates_per_step=2, cta_ratio=2
+    )
+    algorithm = RLPDAlgorithm(
+        (OBS,), ACT, RLPDSettings(hidden_sizes=(8,), cta_ratio=2, critic_ensemble=2),
+        rlpd, num_envs=8, generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+
+    def rows(count):
+        return {
+            "obs": torch.randn(count, OBS), "action": torch.rand(count, ACT) * 2 - 1,
+            "reward": torch.zeros(count), "next_obs": torch.randn(count, OBS),
+            "terminal": torch.zeros(count, dtype=torch.bool),
+            "intervened": torch.zeros(count, dtype=torch.bool),
+        }  # fmt: skip
+
+    rounds = []
+    for count in (8, 3, 3, 2):
+        algorithm.take_step(rows(count))
+        rounds.append(algorithm.learner.updates // 2)  # cta_ratio critic updates a round
+    assert rounds == [2, 2, 3, 4]
+    assert algorithm.owed_updates == pytest.approx(0.0)
+    algorithm.take_step(rows(1))
+    assert algorithm.learner.updates // 2 == 4 and algorithm.owed_updates == pytest.approx(0.25)

@@ -31,7 +31,9 @@ def make_algorithm(**settings) -> PPO:
     return PPO(policy, None, OnPolicySettings(**{**base, **settings}), chunk=CHUNK)
 
 
-def rows(algorithm: PPO, count: int, seed: int) -> dict[str, torch.Tensor]:
+def rows(algorithm: PPO, count: int, seed: int, human: bool = False) -> dict[str, torch.Tensor]:
+    """`count` rows; with `human`, every third one a human's (no policy weight) with a
+    large advantage that must not shift the policy's normalised ones."""
     if count == 0:
         return empty_training_samples((OBS,), CHUNK, ACTIONS)
     gen = torch.Generator().manual_seed(seed)
@@ -48,6 +50,9 @@ def rows(algorithm: PPO, count: int, seed: int) -> dict[str, torch.Tensor]:
         "weight": torch.ones(count),
         "policy_weight": torch.ones(count),
     }
+    if human:
+        samples["policy_weight"][::3] = 0.0
+        samples["advantage"][::3] = 5.0
     with torch.no_grad():
         samples["log_prob"], _ = algorithm.policy.chunk_log_prob(
             obs, samples["plan_horizon"], samples["chunk_offset"], samples["actions"]
@@ -65,7 +70,9 @@ SCENARIOS = {
     "one step": ([12, 20], {}),
     "idle": ([0, 16], {}),
     "kl stop": ([0, 16], {"update_epochs": 3, "target_kl": 0.0}),
+    "normalised": ([12, 20], {"normalize_advantages": True}),
 }
+HUMAN_ROWS = {"normalised"}  # scenarios whose rows include a human's
 
 
 def _rank(rank, world, port, out):
@@ -79,7 +86,8 @@ def _rank(rank, world, port, out):
             for p in algorithm.policy.parameters():
                 p.data.add_(torch.randn_like(p) * rank)
             collective.broadcast_module(algorithm.policy)
-            stats = algorithm.update_rows(rows(algorithm, counts_per_rank[rank], seed=rank))
+            mine = rows(algorithm, counts_per_rank[rank], seed=rank, human=name in HUMAN_ROWS)
+            stats = algorithm.update_rows(mine)
             counts = Counter({f"task{rank}_episodes": 2.0, "episodes": 2.0})
             out[(name, rank)] = {
                 "params": [p.detach().clone() for p in algorithm.policy.parameters()],
@@ -99,9 +107,11 @@ def ranks() -> dict:
     return {name: [results[(name, 0)], results[(name, 1)]] for name in SCENARIOS}
 
 
-def single_process(counts_per_rank: list[int], **settings) -> list[torch.Tensor]:
+def single_process(counts_per_rank: list[int], human: bool = False, **settings) -> list:
     algorithm = make_algorithm(**settings)
-    parts = [rows(algorithm, count, seed=rank) for rank, count in enumerate(counts_per_rank)]
+    parts = [
+        rows(algorithm, count, seed=rank, human=human) for rank, count in enumerate(counts_per_rank)
+    ]
     algorithm.update_rows(concat([p for p in parts if p["weight"].numel()]))
     return [p.detach().clone() for p in algorithm.policy.parameters()]
 
@@ -135,3 +145,14 @@ def test_the_kl_early_stop_is_one_decision_over_every_rank(ranks):
     assert idle["stats"]["losses/updates"] == busy["stats"]["losses/updates"] == 1.0
     assert idle["stats"]["losses/early_stopped"] == busy["stats"]["losses/early_stopped"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(idle["params"], busy["params"], strict=True))
+
+
+def test_advantages_are_normalised_over_every_ranks_policy_rows_alike(ranks):
+    """Both ranks scale their advantages by the moments of all ranks' policy rows (a
+    human's rows left out), so two ranks step as one process on all rows does."""
+    first, second = ranks["normalised"]
+    assert all(torch.equal(a, b) for a, b in zip(first["params"], second["params"], strict=True))
+    assert_same(first["params"], single_process([12, 20], human=True, normalize_advantages=True))
+    # ... and not as a process that let the human rows into the statistics would
+    leaky = single_process([12, 20], human=False, normalize_advantages=True)
+    assert any(not torch.allclose(a, b) for a, b in zip(first["params"], leaky, strict=True))
