@@ -325,6 +325,7 @@ def rlpd_iteration(step: int) -> dict[str, float]:
         "rlpd/temperature": 0.01 / step,
         "rlpd/entropy": 2.0 - 0.1 * step,
         "interventions/rate": 0.5 / step,
+        "interventions/held_steps": 2.0 * step,
         "buffers/online": 320.0 * step,
         "buffers/demo": 41.0 + 10 * step,
         "charts/SPS": 500.0,
@@ -352,9 +353,9 @@ def test_an_rlpd_run_charts_q_values_temperature_interventions_and_buffers(page)
     link.metrics(4, rlpd_iteration(4))  # live
     buffers = wait_drawn(page, "buffers", lambda d: d["demo"]["x"] == [1, 2, 3, 4], "buffers")
     assert buffers["online"]["y"] == [320.0, 640.0, 960.0, 1280.0]
-    assert drawn(page, "interventions")["intervened steps"]["y"] == pytest.approx(
-        [0.5, 0.25, 0.5 / 3, 0.125]
-    )
+    interventions = drawn(page, "interventions")
+    assert interventions["intervened steps"]["y"] == pytest.approx([0.5, 0.25, 0.5 / 3, 0.125])
+    assert interventions["held still (decisions)"]["y"] == [2.0, 4.0, 6.0, 8.0]
     temperature = drawn(page, "temperature")
     assert temperature["temperature"]["y"][-1] == pytest.approx(0.0025)
     success = drawn(page, "success")

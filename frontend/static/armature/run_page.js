@@ -23,14 +23,16 @@
   const OFF_POLICY = context.algorithm === "rlpd";
   const PATTERNS = OFF_POLICY ? [
     SUCCESS, "rollout/unassisted_success_rate", "rollout/episode_return", "rlpd/*",
-    "interventions/rate", "buffers/*", "charts/SPS", "charts/update_rate", "charts/env_steps",
+    "interventions/rate", "interventions/held_steps", "buffers/*", "charts/SPS",
+    "charts/update_rate", "charts/env_steps",
     "device/*",
   ] : [
     SUCCESS, "rollout/plan_success_rate_h*", "rollout/episode_return",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
     "losses/clip_fraction", "charts/SPS", "charts/iteration_seconds",
     "charts/learning_rate", "charts/env_steps",
-    ...(context.interventions !== "none" ? ["interventions/rate"] : []),
+    ...(context.interventions !== "none"
+      ? ["interventions/rate", "interventions/held_steps", "rollout/unassisted_success_rate"] : []),
     "device/*",
   ];
   const view = { xMode: "step", smoothing: 0 };
@@ -49,7 +51,10 @@
   const SPECS = [
     { name: "success_horizon", title: "Success rate per planning horizon", yRange: [0, 1],
       linesFor: () => horizons().map((h, i) => line(`rollout/plan_success_rate_h${h}`, `h${h}`, i)) },
-    { name: "success", title: "Success rate", yRange: [0, 1], linesFor: () => [line(SUCCESS, "success", 0)] },
+    { name: "success", title: "Success rate", yRange: [0, 1], linesFor: () => [line(SUCCESS, "success", 0),
+      // what the policy achieved on its own, where operators took over some episodes
+      ...(context.interventions !== "none"
+        ? [line("rollout/unassisted_success_rate", "without intervention", 1)] : [])] },
     { name: "return", title: "Episode return", linesFor: () => [line("rollout/episode_return", "return", 2)] },
     { name: "loss", title: "Policy and value loss", linesFor: () => [
       line("losses/policy_loss", "policy loss", 0), line("losses/value_loss", "value loss", 1, { scale: "value" })] },
@@ -61,7 +66,9 @@
     { name: "learning_rate", title: "Learning rate", linesFor: () => [line("charts/learning_rate", "learning rate", 8)] },
   ];
   const INTERVENTIONS = { name: "interventions", title: "Intervention rate", yRange: [0, 1], linesFor: () => [
-    line("interventions/rate", "intervened steps", 7)] };
+    line("interventions/rate", "intervened steps", 7),
+    // decisions a safety rule held still: recorded, and no demonstration
+    line("interventions/held_steps", "held still (decisions)", 3, { scale: "count" })] };
   if (context.interventions !== "none") SPECS.push(INTERVENTIONS); // left out of the policy loss
   // RLPD (off-policy): Q values, temperature, interventions and buffer fill instead of
   // the policy-gradient losses; no planning horizons.
