@@ -74,10 +74,13 @@ class RayHead:
 class Stack:
     """Web server and Celery worker processes, started and stopped on demand."""
 
-    def __init__(self, log_dir: Path, env: dict[str, str]):
+    def __init__(self, log_dir: Path, env: dict[str, str], host: str = "127.0.0.1"):
+        """`host`: the address the web server listens on and is reached at (a bridge's,
+        for trainers in other network namespaces)."""
         self.log_dir = log_dir
+        self.host = host
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
         self.env = {
             **inherited,
@@ -89,7 +92,7 @@ class Stack:
         self.worker: subprocess.Popen | None = None
 
     def start_web(self) -> str:
-        self.web = start(web_command("127.0.0.1", self.port), self.env, self.log_dir / "web.log")
+        self.web = start(web_command(self.host, self.port), self.env, self.log_dir / "web.log")
         wait_until(lambda: http_ok(f"{self.url}/login/"), 60, "the web server")
         return self.url
 

@@ -1,15 +1,24 @@
 """The processes that make up a running control plane, in one place.
 
-`./armature up` supervises them; the end-to-end tests start the same commands.
+`./armature up` supervises them, `./armature join` starts a further Ray node
+(controlplane/core/join.py); the end-to-end tests start the same commands. Nothing here
+imports Django: `join` runs on machines that have no control plane settings.
 """
 
+import hashlib
+import ipaddress
 import socket
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.cluster import NODE_GROUP_LABEL, NODE_RANK_LABEL
+
 BIN = Path(sys.executable).parent
+LOOPBACK = "127.0.0.1"
+EVERY_INTERFACE = "0.0.0.0"
 
 
 def web_command(host: str, port: int) -> list[str]:
@@ -139,21 +148,189 @@ class RayHeadPorts:
         return flags
 
 
-def ray_head_command(temp_dir: Path, ports: RayHeadPorts, num_cpus: int | None = None) -> list[str]:
+class AddressError(ValueError):
+    """An address given to `up` or `join` that cannot work; the message says why and
+    what to give instead."""
+
+
+def ipv4(option: str, value: str) -> str:
+    """`value` as an IPv4 address, or AddressError naming `option`: Ray's node addresses
+    and `host:port` strings are IPv4."""
+    try:
+        return str(ipaddress.IPv4Address(value.strip()))
+    except ValueError:
+        raise AddressError(
+            f"{option} {value!r} is not an IPv4 address (e.g. 10.0.0.5"
+            + (", or 0.0.0.0 for every interface)" if option == "--bind" else ")")
+        ) from None
+
+
+def is_local_address(address: str) -> bool:
+    """Whether this machine holds `address` (a socket can be bound to it)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def require_local(option: str, address: str) -> None:
+    if address != EVERY_INTERFACE and not is_local_address(address):
+        raise AddressError(
+            f"{option} {address} is not an address of this machine (`ip -4 addr` lists "
+            "them); give the address of the interface the other nodes reach"
+        )
+
+
+@dataclass(frozen=True)
+class HeadAddresses:
+    """Where `./armature up` listens (`bind`: the web server, and Ray's dashboard when
+    other nodes join) and the address it gives to others (`advertise`: Ray's node
+    address, which joining nodes dial, and the host of ARMATURE_WEB_URL, which trainers
+    on every node report to). The default is one machine: everything on loopback."""
+
+    bind: str = LOOPBACK
+    advertise: str = LOOPBACK
+
+    @classmethod
+    def choose(cls, bind: str, advertise: str | None = None) -> "HeadAddresses":
+        """Checked `--bind` and `--advertise` values. Without `advertise`, a specific
+        bind address is also the advertised one; 0.0.0.0 advertises loopback (one
+        machine, the UI reachable from others)."""
+        bind = ipv4("--bind", bind)
+        require_local("--bind", bind)
+        if not advertise:
+            return cls(bind, LOOPBACK if bind == EVERY_INTERFACE else bind)
+        advertise = ipv4("--advertise", advertise)
+        if advertise == EVERY_INTERFACE:
+            raise AddressError(
+                "--advertise 0.0.0.0 is not an address other machines can dial: give the "
+                "one they reach this machine at (and --bind 0.0.0.0 to listen everywhere)"
+            )
+        if bind not in (EVERY_INTERFACE, advertise):
+            raise AddressError(
+                f"--advertise {advertise} with --bind {bind}: the web server would listen "
+                f"on {bind} only, not where the other nodes are told to go; "
+                f"use --bind {advertise}, or --bind 0.0.0.0 for every interface"
+            )
+        require_local("--advertise", advertise)
+        return cls(bind, advertise)
+
+    @property
+    def serves_other_nodes(self) -> bool:
+        return not ipaddress.IPv4Address(self.advertise).is_loopback
+
+    @property
+    def ray_listen(self) -> str:
+        """The dashboard's (Jobs API's) listen address: loopback unless other nodes join,
+        so `--bind 0.0.0.0` alone opens the UI only, as before."""
+        return self.bind if self.serves_other_nodes else LOOPBACK
+
+    @property
+    def ray_local(self) -> str:
+        """Where processes on this machine reach the dashboard."""
+        return LOOPBACK if self.ray_listen in (LOOPBACK, EVERY_INTERFACE) else self.ray_listen
+
+    def web_url(self, port: int) -> str:
+        return f"http://{self.advertise}:{port}"
+
+
+LOCAL = HeadAddresses()
+
+
+def ray_head_command(
+    temp_dir: Path,
+    ports: RayHeadPorts,
+    num_cpus: int | None = None,
+    addresses: HeadAddresses = LOCAL,
+) -> list[str]:
     """`ray start --head --block`: stays in the foreground so a supervisor can stop it.
 
-    Everything binds to loopback; no other machine is reachable or needed.
+    By default everything binds to loopback and no other machine is reachable or
+    needed; with `addresses` advertising another address, Ray nodes elsewhere can join
+    (`ray_node_command`). The head is node rank 0, the rank placements name it by.
     """
     command = [
         str(BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats",
-        "--node-ip-address", "127.0.0.1",
-        "--dashboard-host", "127.0.0.1",
+        "--node-ip-address", addresses.advertise,
+        "--dashboard-host", addresses.ray_listen,
+        "--labels", f"{NODE_RANK_LABEL}=0",
         *ports.flags(),
         "--temp-dir", str(temp_dir),
     ]  # fmt: skip
     if num_cpus is not None:
         command += ["--num-cpus", str(num_cpus)]
     return command
+
+
+# The ports a joining node opens: every one of the head's but these, which only the
+# head runs.
+HEAD_ONLY_PORTS = {"gcs", "dashboard", "client_server"}
+NODE_PORT_NAMES = [name for name in RAY_PORT_SETTINGS if name not in HEAD_ONLY_PORTS]
+
+
+def ray_node_port_flags(environ: Mapping[str, str]) -> list[str]:
+    """The `ray start` options for a joining node's ports: those fixed by
+    ARMATURE_RAY_*_PORT (a firewall's), free ones for the rest, never Ray's fixed
+    defaults (52365, 10002-19999, …), which two nodes on one machine would share."""
+    fixed = {}
+    for name, (_, variable) in {**RAY_PORT_SETTINGS, **WORKER_PORT_SETTINGS}.items():
+        port = _port_from_env(environ, variable)
+        if port is not None and (name in NODE_PORT_NAMES or name in WORKER_PORT_SETTINGS):
+            fixed[name] = port
+    missing = [name for name in NODE_PORT_NAMES if name not in fixed]
+    candidates = [p for p in free_ports(len(missing) + len(fixed)) if p not in fixed.values()]
+    chosen = {**dict(zip(missing, candidates, strict=False)), **fixed}
+    flags = []
+    for name in NODE_PORT_NAMES:
+        flags += [f"--{RAY_PORT_SETTINGS[name][0]}", str(chosen[name])]
+    for name, (flag, _) in WORKER_PORT_SETTINGS.items():
+        flags += [f"--{flag}", str(chosen.get(name, 0))]
+    return flags
+
+
+def ray_node_command(
+    head: str,
+    node_rank: int,
+    temp_dir: Path,
+    port_flags: list[str],
+    *,
+    node_group: str | None = None,
+    advertise: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+) -> list[str]:
+    """`ray start --address HEAD --block` for a node joining a head: labelled with its
+    node rank (and group), so placements find it; its own temp folder, since Ray would
+    otherwise use the head's path, which two nodes sharing a disk would share."""
+    labels = f"{NODE_RANK_LABEL}={node_rank}"
+    if node_group:
+        labels += f",{NODE_GROUP_LABEL}={node_group}"
+    command = [
+        str(BIN / "ray"), "start", "--block", "--disable-usage-stats",
+        "--address", head, "--labels", labels, *port_flags, "--temp-dir", str(temp_dir),
+    ]  # fmt: skip
+    if advertise:
+        command += ["--node-ip-address", advertise]
+    if num_cpus is not None:
+        command += ["--num-cpus", str(num_cpus)]
+    if num_gpus is not None:
+        command += ["--num-gpus", str(num_gpus)]
+    return command
+
+
+# Ray puts unix sockets under its temp dir; their paths must stay under 107 bytes.
+MAX_RAY_TEMP_DIR_LEN = 60
+
+
+def short_temp_dir(preferred: Path, name: str) -> Path:
+    """`preferred` when short enough for Ray's socket paths, else a folder under the
+    system's temp dir named after it (`name` and a digest: the same every start)."""
+    if len(str(preferred)) <= MAX_RAY_TEMP_DIR_LEN:
+        return preferred
+    digest = hashlib.sha1(str(preferred).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"{name}-{digest}"
 
 
 def ray_head_env(token: str = "") -> dict[str, str]:
@@ -186,5 +363,5 @@ def web_port(environ: Mapping[str, str]) -> int:
     return DEFAULT_WEB_PORT if port_is_free(DEFAULT_WEB_PORT) else free_ports(1)[0]
 
 
-def dashboard_url(ports: RayHeadPorts) -> str:
-    return f"http://127.0.0.1:{ports.dashboard}"
+def dashboard_url(ports: RayHeadPorts, addresses: HeadAddresses = LOCAL) -> str:
+    return f"http://{addresses.ray_local}:{ports.dashboard}"

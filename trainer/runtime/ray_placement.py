@@ -117,8 +117,9 @@ def check_plan_against_nodes(plan: Plan, nodes: Sequence[Mapping[str, Any]]) -> 
         for rank in sorted(missing):
             problems.append(
                 f"node rank {rank} (components {', '.join(sorted(missing[rank]))}) is not in "
-                f"the Ray cluster, which has {live_text}; start a node with "
-                f"--labels={NODE_RANK_LABEL}={rank} or change the placement"
+                f"the Ray cluster, which has {live_text}; join one with `./armature join "
+                f"HEAD --node-rank {rank}` (a plain `ray start`: --labels={NODE_RANK_LABEL}="
+                f"{rank}) or change the placement"
             )
     for rank, needed in sorted(devices_needed.items()):
         accelerators = node_accelerators(live[rank])

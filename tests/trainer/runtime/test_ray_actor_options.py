@@ -82,7 +82,8 @@ def test_missing_nodes_and_devices_are_reported():
     problems = check_plan_against_nodes(PLAN, [live_node(0, 1)])
     assert problems == [
         "node rank 1 (components actor, agent) is not in the Ray cluster, which has node 0; "
-        f"start a node with --labels={NODE_RANK_LABEL}=1 or change the placement",
+        "join one with `./armature join HEAD --node-rank 1` (a plain `ray start`: "
+        f"--labels={NODE_RANK_LABEL}=1) or change the placement",
         "node rank 0 needs accelerators 0-1 but Ray reports 1",
     ]
 

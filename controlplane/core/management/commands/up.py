@@ -1,23 +1,27 @@
 """`./armature up`: set up and run the whole control plane on this machine."""
 
-import hashlib
 import os
 import shlex
 import sys
-import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.http.request import split_domain_port, validate_host
 from honcho.manager import Manager
 
 from controlplane.core.bootstrap import AdminAccount, ensure_admin, seed_demo
 from controlplane.core.stack import (
+    AddressError,
+    HeadAddresses,
     RayHeadPorts,
     dashboard_url,
     ray_head_command,
     ray_head_env,
+    short_temp_dir,
     web_command,
     web_port,
     worker_command,
@@ -25,16 +29,44 @@ from controlplane.core.stack import (
 from controlplane.env import persistent_secret
 from controlplane.runs.interruption import interrupt_active_runs
 
-# Ray puts unix sockets under its temp dir; their paths must stay under 107 bytes.
-MAX_RAY_TEMP_DIR_LEN = 60
-
 
 def ray_temp_dir() -> Path:
-    preferred = settings.VAR_DIR / "ray"
-    if len(str(preferred)) <= MAX_RAY_TEMP_DIR_LEN:
-        return preferred
-    digest = hashlib.sha1(str(preferred).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"armature-ray-{digest}"
+    return short_temp_dir(settings.VAR_DIR / "ray", "armature-ray")
+
+
+def web_url(environ: Mapping[str, str], addresses: HeadAddresses, port: int) -> str:
+    """Where trainers and the worker reach the web server: ARMATURE_WEB_URL when set (a
+    proxy's name, say), else the advertised address and the port."""
+    configured = environ.get("ARMATURE_WEB_URL", "").strip().rstrip("/")
+    if not configured:
+        return addresses.web_url(port)
+    parts = urlsplit(configured)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CommandError(
+            f"ARMATURE_WEB_URL={configured!r} is not an http:// or https:// URL with a host "
+            "(e.g. http://10.0.0.5:8000): trainers on every node report there"
+        )
+    return configured
+
+
+def allowed_hosts(environ: Mapping[str, str], url: str, addresses: HeadAddresses) -> str | None:
+    """ALLOWED_HOSTS for web and worker: without the setting, the defaults plus the hosts
+    others use (the web URL's, the advertised address), or the web server would refuse
+    the trainers' reports (400). A set one is kept, and must admit the web URL's host."""
+    host = urlsplit(url).netloc
+    if "ALLOWED_HOSTS" in environ:
+        if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
+            raise CommandError(
+                f"ALLOWED_HOSTS={environ['ALLOWED_HOSTS']!r} does not admit {host}, the host "
+                f"of the web URL ({url}): the web server would refuse the trainers' reports; "
+                "add it to ALLOWED_HOSTS"
+            )
+        return None
+    needed = [split_domain_port(host)[0], addresses.advertise]
+    missing = [name for name in needed if not validate_host(name, settings.ALLOWED_HOSTS)]
+    if not missing:  # one machine: the defaults, untouched
+        return None
+    return ",".join(dict.fromkeys([*settings.ALLOWED_HOSTS, *missing]))
 
 
 # How long Ctrl-C waits for runs' jobs to stop cleanly (a trainer finishes its iteration
@@ -89,34 +121,62 @@ class Command(BaseCommand):
     help = "Migrate, create the admin and the demo, then run web, worker and Ray until Ctrl-C."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--host", default=os.environ.get("ARMATURE_HOST", "127.0.0.1"))
+        parser.add_argument(
+            "--bind", "--host", dest="bind", metavar="ADDR",
+            default=os.environ.get("ARMATURE_HOST", "127.0.0.1"),
+            help="address the web server listens on, and Ray's dashboard when other nodes "
+            "join (default: ARMATURE_HOST, or 127.0.0.1; 0.0.0.0: every interface)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--advertise", metavar="ADDR", default=os.environ.get("ARMATURE_ADVERTISE") or None,
+            help="address other machines reach this one at: Ray's node address, which "
+            "`./armature join` dials, and the web URL's host (default: ARMATURE_ADVERTISE, "
+            "or the --bind address; loopback for 0.0.0.0). docs/multi-node.md",
+        )  # fmt: skip
         parser.add_argument(
             "--port", type=int, default=None, help="default: ARMATURE_PORT, or 8000 if free"
         )
 
-    def handle(self, *args, host: str, port: int | None, **options) -> None:
+    def handle(self, *args, bind: str, advertise: str | None, port: int | None, **options) -> None:
+        try:  # before anything starts: a wrong address is a typo to fix, not to run with
+            addresses = HeadAddresses.choose(bind, advertise)
+        except AddressError as error:
+            raise CommandError(str(error)) from None
         if port is None:
             port = web_port(os.environ)
+        url = web_url(os.environ, addresses, port)
+        hosts = allowed_hosts(os.environ, url, addresses)
         call_command("migrate", interactive=False, verbosity=0)
         admin = ensure_admin()
         seed_demo(owner=None)
 
-        env = {"ARMATURE_WEB_URL": f"http://127.0.0.1:{port}"}
+        env = {"ARMATURE_WEB_URL": url, **({"ALLOWED_HOSTS": hosts} if hosts else {})}
         ray_address = os.environ.get("RAY_ADDRESS")
         manager = StackManager(owns_ray_head=not ray_address)
+        join_hint = ""
         if not ray_address:
             ports = RayHeadPorts.from_environment(os.environ)
             temp_dir = ray_temp_dir()
             temp_dir.mkdir(parents=True, exist_ok=True)
-            ray_address = dashboard_url(ports)
+            ray_address = dashboard_url(ports, addresses)
             # The head requires a token that only this user can read (var/, mode 0600).
             token = settings.RAY_AUTH_TOKEN or persistent_secret(
                 settings.VAR_DIR / "ray_auth_token"
             )
             env["RAY_AUTH_TOKEN"] = settings.RAY_AUTH_TOKEN = token
+            if addresses.serves_other_nodes:
+                token_from = (
+                    "with the same RAY_AUTH_TOKEN"
+                    if os.environ.get("RAY_AUTH_TOKEN")
+                    else f"--token-file <a copy of {settings.VAR_DIR / 'ray_auth_token'}>"
+                )
+                join_hint = (
+                    f"Other nodes join with: ./armature join {addresses.advertise}:{ports.gcs} "
+                    f"--node-rank N {token_from}\n"
+                )
             manager.add_process(
                 "ray",
-                shlex.join(ray_head_command(temp_dir, ports)),
+                shlex.join(ray_head_command(temp_dir, ports, addresses=addresses)),
                 # Ray can only stop a job once it has placed it: it fails the ones it
                 # cannot place when the control plane gives up on them too.
                 env={
@@ -129,19 +189,17 @@ class Command(BaseCommand):
         settings.RAY_ADDRESS = ray_address  # this process stops the runs at Ctrl-C
         settings.ARMATURE_WEB_URL = env["ARMATURE_WEB_URL"]  # and tells browsers so
         child_env = {**os.environ, **env}
-        manager.add_process("web", shlex.join(web_command(host, port)), env=child_env)
+        manager.add_process("web", shlex.join(web_command(addresses.bind, port)), env=child_env)
         manager.add_process(
             "worker",
             shlex.join(worker_command(settings.VAR_DIR / "celerybeat-schedule")),
             env=child_env,
         )
 
-        self.stdout.write(
-            self.style.SUCCESS(f"\nArmature: http://{host}:{port}/  ({admin_login_hint(admin)})")
-        )
+        self.stdout.write(self.style.SUCCESS(f"\nArmature: {url}/  ({admin_login_hint(admin)})"))
         self.stdout.write(
             f"Ray: {ray_address}   Database: {settings.DATABASES['default']['ENGINE']}"
-            f"   Press Ctrl-C to stop everything.\n"
+            f"   Press Ctrl-C to stop everything.\n{join_hint}"
         )
         self.stdout.flush()
         manager.loop()
