@@ -320,8 +320,11 @@ def ray_node_command(
     return command
 
 
-# Ray puts unix sockets under its temp dir; their paths must stay under 107 bytes.
-MAX_RAY_TEMP_DIR_LEN = 60
+# Ray puts unix sockets under its temp dir, and their paths must stay within 107 bytes:
+# the longest it appends, with a seven-digit pid, is
+# "/session_2026-11-26_14-30-50_324275_4194304/sockets/plasma_store" (65 bytes).
+RAY_SOCKET_SUFFIX_LEN = 65
+MAX_RAY_TEMP_DIR_LEN = 107 - RAY_SOCKET_SUFFIX_LEN
 
 
 def short_temp_dir(preferred: Path, name: str) -> Path:

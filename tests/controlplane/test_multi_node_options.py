@@ -234,3 +234,16 @@ def test_a_refused_token_stops_join_with_the_reason_instead_of_starting_again(tm
     output = capsys.readouterr()
     assert refused in output.out  # Ray's own words passed on
     assert "the head refused this node's Ray token" in output.err
+
+
+def test_a_ray_temp_folder_is_short_enough_for_the_sockets_ray_puts_in_it():
+    """Ray's socket paths (the temp folder + up to 65 bytes) must fit in 107 bytes: a
+    checkout's var/ folder that is too deep moves the node's folder under /tmp."""
+    from controlplane.core.stack import RAY_SOCKET_SUFFIX_LEN, short_temp_dir
+
+    deep = Path("/work/ci-check/var/test/session-24442/ray-node-1")  # failed as is
+    moved = short_temp_dir(deep, "armature-ray-node-1")
+    assert moved != deep and len(str(moved)) + RAY_SOCKET_SUFFIX_LEN <= 107
+    assert moved == short_temp_dir(deep, "armature-ray-node-1")  # the same every start
+    shallow = Path("/srv/a/var/ray")
+    assert short_temp_dir(shallow, "armature-ray") == shallow
