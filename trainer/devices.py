@@ -98,7 +98,7 @@ class HostToDevice:
             return tensor.to(self.device)
         staging = self._staging.get(name)
         if staging is None or staging.shape != tensor.shape or staging.dtype != tensor.dtype:
-            staging = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            staging = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
             self._staging[name] = staging
         staging.copy_(tensor)
         return staging.to(self.device, non_blocking=True)
