@@ -13,7 +13,7 @@ import time
 
 from django.db import transaction
 
-from controlplane.runs import dispatch, ray_jobs
+from controlplane.runs import artifacts, dispatch, ray_jobs
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.runs.state import transition, try_transition
 
@@ -80,11 +80,13 @@ def _wait_for_jobs_to_end(runs: list[Run], wait_s: float) -> set[int]:
 
 
 def resume(run_id: int, by: object = None) -> Run:
-    """Queue an interrupted run again as its next attempt. Raises CannotResume."""
+    """Queue an interrupted run, or a cancelled one with a checkpoint, again as its next
+    attempt. Raises CannotResume."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
-        if run.state != RunState.INTERRUPTED:
-            raise CannotResume(f"run {run.pk} is {run.state}: only interrupted runs resume")
+        refusal = resume_refusal(run)
+        if refusal:
+            raise CannotResume(refusal)
         if not run.job_ended:
             raise CannotResume(
                 f"the job of run {run.pk}'s attempt {run.attempt} has not ended yet; "
@@ -97,3 +99,16 @@ def resume(run_id: int, by: object = None) -> Run:
         RunEvent.objects.create(run=run, kind="resumed", data={"attempt": run.attempt})
         dispatch.submit_later(run.pk)
     return run
+
+
+def resume_refusal(run: Run) -> str:
+    """Why `run` cannot be resumed ("" when it can, or will once its job has ended)."""
+    if run.state == RunState.INTERRUPTED:
+        return ""
+    if run.state != RunState.CANCELLED:
+        return f"run {run.pk} is {run.state}: only interrupted or cancelled runs resume"
+    if run.is_eval:
+        return f"run {run.pk} is a cancelled evaluation: evaluate the checkpoint again instead"
+    if not artifacts.checkpoints(run.pk):
+        return f"run {run.pk} was cancelled before its first checkpoint: launch it again instead"
+    return ""

@@ -100,6 +100,13 @@ class Run(models.Model):
         return self.state in ACTIVE_STATES
 
     @property
+    def takes_reports(self) -> bool:
+        """Whether its trainer may still report: while the run is active, and once it is
+        cancelled until its job has ended (a stopped trainer's checkpoint and `stopped`
+        report are on their way)."""
+        return self.is_active or (self.state == RunState.CANCELLED and not self.job_ended)
+
+    @property
     def is_eval(self) -> bool:
         return self.kind == RunKind.EVAL
 

@@ -19,6 +19,7 @@ from controlplane.runs.frozen_config import (
     frozen_config,
     frozen_section,
 )
+from controlplane.runs.interruption import resume_refusal
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.runs.selectors import with_figures
 from trainer.cluster import ClusterConfigError, cluster_from_dict, resolve_placement
@@ -28,10 +29,11 @@ EVENTS_SHOWN = 200  # the newest events on the page; all of them are in the API
 
 def run_controls(run: Run, user: AbstractBaseUser | AnonymousUser) -> dict[str, bool]:
     """Which buttons the page shows: Stop while the run is active, Resume once it is
-    interrupted, each only to a role that may press it."""
+    interrupted or cancelled with a checkpoint, each only to a role that may press it."""
+    resumable = run.state in (RunState.INTERRUPTED, RunState.CANCELLED)
     return {
         "can_stop": may(user, "run-stop", "POST") and run.is_active,
-        "can_resume": may(user, "run-resume", "POST") and run.state == RunState.INTERRUPTED,
+        "can_resume": resumable and may(user, "run-resume", "POST") and not resume_refusal(run),
     }
 
 

@@ -23,6 +23,8 @@ ALLOWED = {
     },
     # Resumed (queued again as a new attempt), or closed for good.
     RunState.INTERRUPTED: {RunState.QUEUED, RunState.CANCELLED},
+    # Stopped by its user: resumed from its last checkpoint (interruption.resume says when).
+    RunState.CANCELLED: {RunState.QUEUED},
 }  # fmt: skip
 
 
@@ -35,8 +37,9 @@ class IllegalTransition(Exception):
 def transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
     """Move run `run_id` to state `to`, recording an event and telling browsers.
 
-    Raises IllegalTransition for a move the state machine does not allow (including any
-    move out of a final state); moving to the current state is a no-op."""
+    Raises IllegalTransition for a move the state machine does not allow (any move out
+    of a final state but a cancelled run's resume); moving to the current state is a
+    no-op."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.state == to:
@@ -62,7 +65,7 @@ def transition(run_id: int, to: RunState, reason: str = "", **fields) -> Run:
         )
         message = {"type": "run.state", "run": run.pk, "state": to, "reason": reason}
         transaction.on_commit(lambda: _announce(run.pk, message, run.source_run_id))
-        if to in FINAL_STATES or to == RunState.INTERRUPTED:  # its token is spent
+        if not run.takes_reports:  # its token is spent
             transaction.on_commit(lambda: _close_trainer_links(run.pk, to))
     return run
 

@@ -16,7 +16,6 @@ from django.utils import timezone
 from controlplane.realtime.groups import RUNS_LIST, run_group
 from controlplane.runs.metric_points import copy_points, point_rows
 from controlplane.runs.models import (
-    ACTIVE_STATES,
     MetricPoint,
     Run,
     RunEvent,
@@ -48,12 +47,12 @@ def link_refusal(run_id: int, token: str | None) -> Refusal | None:
         return Refusal.NO_TOKEN
     if claims.run_id != run_id:
         return Refusal.WRONG_RUN
-    run = Run.objects.filter(pk=run_id).only("state", "attempt").first()
+    run = Run.objects.filter(pk=run_id).only("state", "attempt", "job_ended").first()
     if run is None:
         return Refusal.NO_SUCH_RUN
     if claims.attempt != run.attempt:
         return Refusal.OLD_ATTEMPT
-    if not run.is_active:
+    if not run.takes_reports:
         return Refusal.RUN_FINISHED
     return None
 
@@ -66,8 +65,9 @@ def link_attempt(token: str) -> int:
 
 
 def run_is_final(run_id: int) -> bool:
-    """A run token is spent once its run is no longer active (or gone)."""
-    return not Run.objects.filter(pk=run_id, state__in=ACTIVE_STATES).exists()
+    """A run token is spent once its run no longer takes reports (or is gone)."""
+    run = Run.objects.filter(pk=run_id).only("state", "job_ended").first()
+    return run is None or not run.takes_reports
 
 
 def parse_message(text: str) -> dict[str, Any]:

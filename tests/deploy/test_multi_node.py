@@ -4,8 +4,8 @@ bridge, the Ray head in the first started as `./armature up --bind ADDR` starts 
 HEAD --node-rank 1 --token-file …`, and the control plane (web server, worker) on the
 host, where the trainers report over the bridge. Runs launched through the API run their
 processes where the placement says (each process's network namespace is checked) and
-report live; stopping the app saves a checkpoint, records `stopped`, and Resume
-continues from it; a cancel through the API saves one too and leaves no process; a
+report live; stopping the app, and a cancel through the API, each save a checkpoint,
+record `stopped` and leave no process, and Resume continues from it; a
 placement the cluster cannot hold is refused; Ctrl-C takes the joined node out. One
 cluster for the module, and its runs side by side: starting processes is most of the
 time. Skipped, with the reason, where namespaces cannot be made."""
@@ -267,9 +267,9 @@ def test_placed_runs_run_where_placed_stop_with_a_checkpoint_resume_or_are_refus
         assert done == list(range(1, len(done) + 1)) and len(done) > past, (name, past, done)
         print(f"multi-node: {name}: resumed, live {time.monotonic() - resumed_at:.1f} s later")
 
-    # Stop through the API: the trainers save a checkpoint the same way, and the runs are
-    # cancelled (final at once, so their `stopped` report is no longer taken in) with
-    # nothing of theirs left running on either node.
+    # Stop through the API: the trainers save a checkpoint the same way and say `stopped`
+    # (a cancelled run takes its trainer's reports until its job ends), nothing of theirs
+    # is left running on either node, and Resume continues from that checkpoint.
     asked = time.time()
     for run_id in runs.values():
         assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
@@ -277,11 +277,25 @@ def test_placed_runs_run_where_placed_stop_with_a_checkpoint_resume_or_are_refus
         wait_for(run_id, {"cancelled"}, 60)
         placed = [p["pid"] for p in events(run_id, "placed")[-1].data["processes"]]
         wait_until(lambda: not any(map(alive, placed)), 60, f"run {run_id}'s processes to go")  # noqa: B023
-        last = iterations(run_id)[-1]
-        saved = checkpoint_of(run_id, last)
-        assert saved.exists() and saved.stat().st_mtime >= asked, (name, last)
-        assert last == max(int(c.stem[5:]) for c in saved.parent.glob("iter_*.pt"))
-        print(f"multi-node: {name}: cancel to checkpoint {saved.stat().st_mtime - asked:.1f} s")
+        wait_until(lambda: len(events(run_id, "stopped")) == 2, 60, f"run {run_id} stopped")  # noqa: B023
+        stopped = events(run_id, "stopped")[-1]
+        stopped_at[run_id] = stopped.data["iteration"]
+        assert checkpoint_of(run_id, stopped_at[run_id]).exists(), name
+        assert iterations(run_id) == list(range(1, stopped_at[run_id] + 1)), name
+        print(f"multi-node: {name}: cancel to `stopped` {seconds_to(stopped, asked)} s")
+    for run_id in runs.values():
+        wait_until(lambda: Run.objects.get(pk=run_id).job_ended, 60, "the job seen ended")  # noqa: B023
+        resumed = api.post(f"/api/v1/runs/{run_id}/resume")
+        assert resumed.status_code == 202, resumed.json()
+        assert resumed.json()["attempt"] == 3
+    for name, run_id in runs.items():
+        past = stopped_at[run_id]
+        wait_until(lambda: reported_live(run_id, past), 240, f"run {run_id} resumed", 0.5)  # noqa: B023
+        done = iterations(run_id)
+        assert done == list(range(1, len(done) + 1)) and len(done) > past, (name, past, done)
+        assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
+    for run_id in runs.values():
+        wait_for(run_id, {"cancelled"}, 60)
 
 
 def test_ctrl_c_takes_the_joined_node_out_leaving_none_of_its_processes(cluster):

@@ -1,6 +1,7 @@
 """End to end on real components: the API launches, a Celery worker submits a Ray job
 running `python -m trainer run`, and reconciliation follows it to the end; cancelling
-stops the job; a worker killed mid-submission leaves exactly one job."""
+stops the job, whose checkpoint a resume continues from; a worker killed mid-submission
+leaves exactly one job."""
 
 import json
 import os
@@ -14,7 +15,7 @@ from rest_framework.test import APIClient
 
 from controlplane.experiments.services import create_experiment
 from controlplane.runs import artifacts, ray_jobs, reconcile, selectors, submission
-from controlplane.runs.models import Run, RunState
+from controlplane.runs.models import Run, RunEvent, RunState
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(400)]
@@ -79,6 +80,28 @@ def test_cancelling_a_running_run_stops_its_job(live):
     assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
     run = wait_for_state(run_id, {"cancelled"}, 60)
     wait_until(lambda: ray_jobs.state(run.submission_id).status == "STOPPED", 60, "job stopped")
+    # The stopped trainer's last words still count: its checkpoint and `stopped` report
+    # (spooled here, no web server) are taken in once its job has ended.
+    stopped = wait_for_event(run_id, "stopped", 1)
+    assert artifacts.checkpoint_path(run_id, stopped["iteration"]).exists()
+
+    # Resume continues from that checkpoint, as the next attempt.
+    wait_until(lambda: Run.objects.get(pk=run_id).job_ended, 60, "the job to be seen ended")
+    resumed = api.post(f"/api/v1/runs/{run_id}/resume")
+    assert resumed.status_code == 202, resumed.json()
+    assert resumed.json()["attempt"] == 2
+    wait_for_state(run_id, {"running"})
+    assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
+    again = wait_for_event(run_id, "stopped", 2)
+    assert run.events.filter(kind="started").latest("pk").data["resume"] is True
+    assert again["iteration"] > stopped["iteration"]
+
+
+def wait_for_event(run_id: int, kind: str, count: int, timeout_s: float = 120) -> dict:
+    """The data of the run's `count`th event of `kind`, once stored."""
+    events = RunEvent.objects.filter(run_id=run_id, kind=kind).order_by("pk")
+    wait_until(lambda: events.count() >= count, timeout_s, f"run {run_id}'s {kind} #{count}")
+    return events[count - 1].data
 
 
 def test_a_worker_killed_during_submission_leaves_one_job_and_a_finished_run(live):

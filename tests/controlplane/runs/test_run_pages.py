@@ -217,4 +217,36 @@ def test_only_an_operator_resumes_an_interrupted_run_and_only_once(operator, cli
     assert resumed.state == RunState.QUEUED and resumed.attempt == 2
     assert resumed.submission_id == f"armature-run-{run.pk}-a2"
     again = operator.post(f"/runs/{run.pk}/resume/", follow=True).content.decode()
-    assert "only interrupted runs resume" in again
+    assert "only interrupted or cancelled runs resume" in again
+
+
+def test_a_cancelled_run_resumes_once_it_has_a_checkpoint_and_its_job_ended(
+    operator, settings, tmp_path
+):
+    from controlplane.runs import artifacts
+    from controlplane.runs.models import RunState
+    from controlplane.runs.state import transition
+
+    settings.ARTIFACTS_DIR = tmp_path / "artifacts"
+
+    run, _ = launch_run(create_experiment("stopped", CONFIG), user=operator.user)
+    transition(run.pk, RunState.SUBMITTING)
+    transition(run.pk, RunState.CANCELLED, "cancelled by olga", job_ended=False)
+    page = operator.get(f"/runs/{run.pk}/").content.decode()
+    assert f'action="/runs/{run.pk}/resume/"' not in page  # nothing to continue from
+    refused = operator.post(f"/runs/{run.pk}/resume/", follow=True).content.decode()
+    assert "cancelled before its first checkpoint: launch it again instead" in refused
+
+    saved = artifacts.checkpoint_path(run.pk, 7)
+    saved.parent.mkdir(parents=True)
+    saved.write_bytes(b"weights")
+    assert f'action="/runs/{run.pk}/resume/"' in operator.get(f"/runs/{run.pk}/").content.decode()
+    early = operator.post(f"/runs/{run.pk}/resume/", follow=True).content.decode()
+    assert "has not ended yet; try again in a few seconds" in early
+    Run.objects.filter(pk=run.pk).update(job_ended=True)
+    assert operator.post(f"/runs/{run.pk}/resume/").status_code == 302
+    resumed = Run.objects.get(pk=run.pk)
+    assert (resumed.state, resumed.attempt, resumed.cancel_requested_at) == (
+        RunState.QUEUED, 2, None,
+    )  # fmt: skip
+    assert resumed.events.filter(kind="resumed").exists()

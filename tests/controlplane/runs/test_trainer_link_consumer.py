@@ -100,6 +100,21 @@ async def test_it_refuses_a_finished_run():
     assert (ok, code) == (False, CLOSE_FORBIDDEN)
 
 
+async def test_a_cancelled_runs_trainer_reports_until_its_job_has_ended():
+    """Its checkpoint and `stopped` report are on their way out of the job."""
+    run = await database_sync_to_async(make_run)(RunState.RUNNING)
+    await database_sync_to_async(transition)(run.pk, RunState.CANCELLED, job_ended=False)
+    socket = await connected(run)
+    stopped = event(1, "stopped", iteration=3, total=9, signal="SIGTERM")
+    assert (await exchange(socket, stopped))["type"] == "ack"
+    await socket.disconnect()
+    assert await database_sync_to_async(run.events.filter(kind="stopped").exists)()
+
+    await database_sync_to_async(Run.objects.filter(pk=run.pk).update)(job_ended=True)
+    ok, code = await link(run.pk, make_run_token(run.pk)).connect()
+    assert (ok, code) == (False, CLOSE_FORBIDDEN)
+
+
 async def test_it_refuses_an_unknown_run():
     ok, code = await link(987654, make_run_token(987654)).connect()
     assert (ok, code) == (False, CLOSE_NOT_FOUND)
