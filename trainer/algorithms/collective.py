@@ -4,7 +4,7 @@ agreed flags, rank 0's parameters, everyone's small state.
 `Collective` is one process on its own (every call is the identity), so the runner and
 the algorithms run the same code single-process and distributed. `TorchCollective`
 is torch.distributed: gloo on CPUs; on GPUs, NCCL for the tensors the update sums
-(gradients in one flat buffer, advantage moments), while counts, flags and objects —
+(gradient buckets, advantage moments), while counts, flags and objects —
 tiny, and on the CPU — cross through a gloo group beside it.
 """
 
@@ -27,6 +27,10 @@ class Collective:
     def sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         """Element-wise sum over ranks (in place where distributed; returned)."""
         return tensor
+
+    def sum_tensor_async(self, tensor: torch.Tensor) -> Any:
+        """`sum_tensor` started in the background: wait() on what it returns."""
+        return _Done()
 
     def sum_counts(self, counts: Counter[str]) -> Counter[str]:
         """Every rank's counts summed, keys that only some ranks have included."""
@@ -88,6 +92,9 @@ class TorchCollective(Collective):
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
         return tensor
 
+    def sum_tensor_async(self, tensor: torch.Tensor) -> Any:
+        return self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM, async_op=True)
+
     def sum_counts(self, counts: Counter[str]) -> Counter[str]:
         keys = sorted(set().union(*self.gather_objects(sorted(counts))))
         values = torch.tensor([float(counts.get(key, 0.0)) for key in keys], dtype=torch.float64)
@@ -112,3 +119,10 @@ class TorchCollective(Collective):
     def close(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+
+class _Done:
+    """A collective that had nothing to wait for."""
+
+    def wait(self) -> bool:
+        return True

@@ -18,6 +18,7 @@ from torch import nn
 
 from trainer.algorithms.bootstrap import bootstrap_timeouts
 from trainer.algorithms.collective import Collective
+from trainer.algorithms.gradient_buckets import DEFAULT_CAP_BYTES, GradientBuckets
 from trainer.data.rollout_storage import RolloutStorage, Trajectories, Transition, minibatches
 from trainer.devices import HostToDevice, autocast
 from trainer.envs.vector_env import EnvStep
@@ -135,6 +136,8 @@ class OnPolicyAlgorithm(ABC):
         self.decider: Decider | None = None
         self.policy_version = 0  # counts the policy's changes (updates, loads)
         self._weightless_possible = True  # see update_rows
+        self._buckets: GradientBuckets | None = None
+        self.gradient_bucket_bytes = DEFAULT_CAP_BYTES
 
     # ----- rollout -------------------------------------------------------------
     def swap_rollout(self, state: RolloutState) -> RolloutState:
@@ -389,32 +392,35 @@ class OnPolicyAlgorithm(ABC):
             loss = loss + s.value_loss_coef * value_loss
             stats["losses/value_loss"] = value_loss.detach()
         self.optimizer.zero_grad()
+        buckets = self._gradient_buckets()
+        if buckets is not None:
+            # Each rank's gradient is the mean over its own rows; the update follows the
+            # mean over every rank's rows, so each rank's loss counts by its share of all
+            # the rows, and the buckets sum the scaled gradients while backward runs. A
+            # rank without rows adds nothing and shrinks nobody's step.
+            loss = loss * (total.detach() / all_weight.clamp(min=1e-8))
+            buckets.arm()
         loss.backward()
+        if buckets is not None:
+            buckets.finish()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        self._average_gradients(params, total.detach())
         nn.utils.clip_grad_norm_(params, s.max_grad_norm)
         self.optimizer.step()
         # A rank whose own rows weigh nothing stepped with the others but has no
         # statistics of its own to report.
         return {} if weightless_possible and not total > 0 else stats
 
-    def _average_gradients(self, params: list[torch.Tensor], weight: torch.Tensor) -> None:
-        """Each rank's gradient is the mean over its own rows; the update follows the
-        mean over every rank's rows: sum of (rows × gradient) over sum of rows. A rank
-        without rows adds nothing, and shrinks nobody's step. One all-reduce of one
-        flat buffer per step."""
+    def _gradient_buckets(self) -> GradientBuckets | None:
+        """The hooks that sum gradients across ranks (None for one rank), made for the
+        collective in use at the first step that has one."""
         if self.collective.world_size == 1:
-            return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        one = torch.ones(1, device=weight.device)
-        flat = torch.cat([g.reshape(-1) for g in grads] + [one]) * weight
-        self.collective.sum_tensor(flat)
-        flat = flat[:-1] / flat[-1].clamp(min=1e-8)
-        offset = 0
-        for param, grad in zip(params, grads, strict=True):
-            size = grad.numel()
-            param.grad = flat[offset : offset + size].view_as(param).clone()
-            offset += size
+            return None
+        if self._buckets is None or self._buckets.collective is not self.collective:
+            if self._buckets is not None:
+                self._buckets.remove()
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            self._buckets = GradientBuckets(params, self.collective, self.gradient_bucket_bytes)
+        return self._buckets
 
     def _value_loss(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         assert self.critic is not None

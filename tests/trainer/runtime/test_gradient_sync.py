@@ -1,5 +1,6 @@
 """Actor ranks train through torch.distributed (gloo, real processes): after each update
-every rank holds the same parameters, equal to one process training on all the rows;
+every rank holds the same parameters, equal to one process training on all the rows,
+their gradients summed in buckets that start while backward still runs;
 a rank without a task joins with nothing and shrinks nobody's step; counts are summed
 across ranks, keys only some ranks have included; the early stop is one decision."""
 
@@ -71,6 +72,7 @@ SCENARIOS = {
     "idle": ([0, 16], {}),
     "kl stop": ([0, 16], {"update_epochs": 3, "target_kl": 0.0}),
     "normalised": ([12, 20], {"normalize_advantages": True}),
+    "small buckets": ([12, 20], {}),  # one bucket per parameter
 }
 HUMAN_ROWS = {"normalised"}  # scenarios whose rows include a human's
 
@@ -81,6 +83,9 @@ def _rank(rank, world, port, out):
         for name, (counts_per_rank, settings) in SCENARIOS.items():
             algorithm = make_algorithm(**settings)
             algorithm.collective = collective
+            if name == "small buckets":
+                algorithm.gradient_bucket_bytes = 1
+                started = watch_bucket_starts(algorithm, collective)
             # Ranks seeded differently start with different weights: rank 0's win.
             torch.manual_seed(100 + rank)
             for p in algorithm.policy.parameters():
@@ -90,12 +95,29 @@ def _rank(rank, world, port, out):
             stats = algorithm.update_rows(mine)
             counts = Counter({f"task{rank}_episodes": 2.0, "episodes": 2.0})
             out[(name, rank)] = {
+                "buckets": started if name == "small buckets" else None,
                 "params": [p.detach().clone() for p in algorithm.policy.parameters()],
                 "stats": stats,
                 "counts": dict(collective.sum_counts(counts)),
             }
     finally:
         collective.close()
+
+
+def watch_bucket_starts(algorithm: PPO, collective: TorchCollective) -> list[tuple[int, int]]:
+    """(gradients still to come, bucket size) at each bucket's start: a bucket started
+    while others' gradients were still to come overlapped with backward."""
+    started: list[tuple[int, int]] = []
+    start = collective.sum_tensor_async
+
+    def sum_tensor_async(tensor):
+        buckets = algorithm._buckets
+        waiting = sum(len(b.params) - b.filled for b in buckets.buckets)
+        started.append((waiting, tensor.numel()))
+        return start(tensor)
+
+    collective.sum_tensor_async = sum_tensor_async
+    return started
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +178,17 @@ def test_advantages_are_normalised_over_every_ranks_policy_rows_alike(ranks):
     # ... and not as a process that let the human rows into the statistics would
     leaky = single_process([12, 20], human=False, normalize_advantages=True)
     assert any(not torch.allclose(a, b) for a, b in zip(first["params"], leaky, strict=True))
+
+
+def test_buckets_start_while_backward_still_runs_and_sum_as_one_buffer_did(ranks):
+    first, second = ranks["small buckets"]
+    assert all(torch.equal(a, b) for a, b in zip(first["params"], second["params"], strict=True))
+    assert_same(first["params"], single_process([12, 20]))
+    parameters = len(first["params"])
+    assert [size for _, size in first["buckets"]] == [
+        p.numel() for p in reversed(first["params"])
+    ]  # one per parameter, the last layers' first
+    # Backward gives the gradients about in reverse: the first bucket went out while
+    # most were still to come (log_std's, used last in the forward pass, comes early).
+    waiting = [still for still, _ in first["buckets"]]
+    assert waiting[0] >= parameters // 2 and waiting[-1] == 0, waiting
