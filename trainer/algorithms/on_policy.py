@@ -118,13 +118,7 @@ class OnPolicyAlgorithm(ABC):
         # GPU as on the CPU, and only indices cross to the device.
         self.generator = generator
         self.to_device = HostToDevice(self.device)
-        params = list(policy.parameters()) + (list(critic.parameters()) if critic else [])
-        # One multi-tensor kernel per step instead of a loop over parameters (the CPU's
-        # default loop costs ~5% of a small-MLP update); fused on a GPU.
-        fused = self.device.type == "cuda"
-        self.optimizer = torch.optim.Adam(
-            params, lr=settings.learning_rate, foreach=not fused, fused=fused
-        )
+        self.optimizer = self._make_optimizer()
         # The other actor ranks this one trains with (none by default); the runner
         # sets it. Gradients, advantage statistics and early stops are agreed through it.
         self.collective = Collective()
@@ -138,6 +132,45 @@ class OnPolicyAlgorithm(ABC):
         self._weightless_possible = True  # see update_rows
         self._buckets: GradientBuckets | None = None
         self.gradient_bucket_bytes = DEFAULT_CAP_BYTES
+        # What the rollout computes with: the models themselves, or full copies of them
+        # once they are sharded (`shard`).
+        self.acting_policy: GaussianChunkPolicy = self.policy
+        self.acting_critic: nn.Module | None = self.critic
+        self.sharded = False
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        params = list(self.policy.parameters())
+        params += list(self.critic.parameters()) if self.critic is not None else []
+        # One multi-tensor kernel per step instead of a loop over parameters (the CPU's
+        # default loop costs ~5% of a small-MLP update); fused on a GPU.
+        fused = self.device.type == "cuda"
+        return torch.optim.Adam(
+            params, lr=self.settings.learning_rate, foreach=not fused, fused=fused
+        )
+
+    def shard(self) -> None:
+        """`actor.strategy: fsdp`: shard the policy and critic over the collective's
+        ranks (trainer/algorithms/sharding.py), keeping full copies for the rollout.
+        Every rank calls it, with rank 0's weights already everywhere."""
+        if self.collective.world_size == 1 or self.sharded:
+            return
+        from trainer.algorithms import sharding  # torch.distributed: only when sharding
+
+        mesh = sharding.device_mesh(self.device, self.collective.world_size)
+        self.acting_policy = sharding.acting_copy(self.policy)
+        sharding.shard(self.policy, mesh)
+        if self.critic is not None:
+            self.acting_critic = sharding.acting_copy(self.critic)
+            sharding.shard(self.critic, mesh)
+        self.optimizer = self._make_optimizer()
+        self.sharded = True
+
+    def _refresh_acting(self) -> None:
+        from trainer.algorithms import sharding
+
+        sharding.refresh(self.acting_policy, self.policy)
+        if self.critic is not None:
+            sharding.refresh(self.acting_critic, self.critic)
 
     # ----- rollout -------------------------------------------------------------
     def swap_rollout(self, state: RolloutState) -> RolloutState:
@@ -151,7 +184,7 @@ class OnPolicyAlgorithm(ABC):
     def start_round(self, horizons: torch.Tensor, num_steps: int) -> None:
         """New episodes begin: fresh plans for every slot, empty storage. Rounds with
         the same horizons (every round of a run) share the plan cache's schedule."""
-        cache, max_horizon = self.plan_cache, self.policy.max_horizon
+        cache, max_horizon = self.plan_cache, self.acting_policy.max_horizon
         if cache is not None and cache.same_schedule(horizons, self.chunk, max_horizon):
             cache.restart()
         else:
@@ -159,7 +192,7 @@ class OnPolicyAlgorithm(ABC):
         self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk, self.device)
         if self.decider is not None:
             seed = int(torch.randint(2**62, (1,), generator=self.generator))
-            self.decider.start_round(horizons, self.policy, self.policy_version, seed)
+            self.decider.start_round(horizons, self.acting_policy, self.policy_version, seed)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The forward passes' precision (`precision`)."""
@@ -182,9 +215,9 @@ class OnPolicyAlgorithm(ABC):
             obs = self.to_device("obs", obs)
             assert self.plan_cache is not None, "start_round() first"
             with self.autocast():
-                draw = decide(self.policy, self.plan_cache, obs, self.chunk)
+                draw = decide(self.acting_policy, self.plan_cache, obs, self.chunk)
         self._pending = (obs, draw)
-        dims = self.policy.env_action_dim
+        dims = self.acting_policy.env_action_dim
         actions = draw.actions if draw.actions.shape[2] == dims else draw.actions[..., :dims]
         return actions.cpu()  # the step's one transfer back
 
@@ -238,9 +271,9 @@ class OnPolicyAlgorithm(ABC):
 
     def _values_on_cpu(self, obs: torch.Tensor) -> torch.Tensor:
         """The critic's values of CPU observations (the time-out bootstrap's), on the CPU."""
-        assert self.critic is not None
+        assert self.acting_critic is not None
         with self.autocast():
-            values = self.critic(obs.to(self.device))
+            values = self.acting_critic(obs.to(self.device))
         return values.float().cpu()
 
     def finish_round(
@@ -258,7 +291,8 @@ class OnPolicyAlgorithm(ABC):
     def attach_values(self, trajectories: Trajectories) -> Trajectories:
         """``V(obs)`` of every valid row, batched (one call for a round of state
         vectors); 0 elsewhere, and everywhere for algorithms without a critic."""
-        if self.critic is None:
+        critic = self.acting_critic
+        if critic is None:
             return trajectories
         obs = trajectories.obs
         # Row indices into the flattened [T * B] rows: selecting and writing rows by
@@ -269,9 +303,9 @@ class OnPolicyAlgorithm(ABC):
         batch = max(1, _CRITIC_BATCH_ELEMENTS // obs.shape[2:].numel())
         with self.autocast():
             if len(rows) <= batch:
-                values = self.critic(valid_obs)
+                values = critic(valid_obs)
             else:
-                values = torch.cat([self.critic(part) for part in valid_obs.split(batch)])
+                values = torch.cat([critic(part) for part in valid_obs.split(batch)])
         flat = torch.zeros(obs.shape[0] * obs.shape[1], device=obs.device)
         flat.index_copy_(0, rows, values.float())
         return replace(trajectories, value=flat.view(obs.shape[:2]))
@@ -342,7 +376,9 @@ class OnPolicyAlgorithm(ABC):
         metrics = {key: value / max(updates, 1) for key, value in zip(keys, values, strict=True)}
         metrics["losses/updates"] = float(updates)
         metrics["losses/early_stopped"] = float(early_stopped)
-        metrics["policy/std"] = self.policy.log_std.detach().exp().mean().item()
+        if self.sharded:
+            self._refresh_acting()
+        metrics["policy/std"] = self.acting_policy.log_std.detach().exp().mean().item()
         return metrics
 
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
@@ -392,13 +428,15 @@ class OnPolicyAlgorithm(ABC):
             loss = loss + s.value_loss_coef * value_loss
             stats["losses/value_loss"] = value_loss.detach()
         self.optimizer.zero_grad()
-        buckets = self._gradient_buckets()
-        if buckets is not None:
+        if self.collective.world_size > 1:
             # Each rank's gradient is the mean over its own rows; the update follows the
             # mean over every rank's rows, so each rank's loss counts by its share of all
-            # the rows, and the buckets sum the scaled gradients while backward runs. A
-            # rank without rows adds nothing and shrinks nobody's step.
+            # the rows, and the ranks' scaled gradients are summed while backward runs
+            # (by the buckets, or by FSDP's reduce-scatter). A rank without rows adds
+            # nothing and shrinks nobody's step.
             loss = loss * (total.detach() / all_weight.clamp(min=1e-8))
+        buckets = self._gradient_buckets()
+        if buckets is not None:
             buckets.arm()
         loss.backward()
         if buckets is not None:
@@ -412,8 +450,8 @@ class OnPolicyAlgorithm(ABC):
 
     def _gradient_buckets(self) -> GradientBuckets | None:
         """The hooks that sum gradients across ranks (None for one rank), made for the
-        collective in use at the first step that has one."""
-        if self.collective.world_size == 1:
+        collective in use at the first step that has one; FSDP sums its own)."""
+        if self.collective.world_size == 1 or self.sharded:
             return None
         if self._buckets is None or self._buckets.collective is not self.collective:
             if self._buckets is not None:
@@ -436,20 +474,37 @@ class OnPolicyAlgorithm(ABC):
 
     # ----- checkpoints ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Full tensors, sharded or not (every rank calls it when sharded)."""
         state: dict[str, Any] = {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
         }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
+        if self.sharded:
+            from trainer.algorithms import sharding
+
+            state = sharding.full_state(state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A state of full tensors, from any number of ranks of either strategy."""
         self.policy_version += 1
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        optimizer_state = state["optimizer"]
+        if self.sharded:
+            from trainer.algorithms import sharding
+
+            load = sharding.load_full_state
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            optimizer_state = sharding.shard_optimizer_state(optimizer_state, params)
+        else:
+            load = nn.Module.load_state_dict
+        load(self.policy, state["policy"])
         if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
+            load(self.critic, state["critic"])
+        self.optimizer.load_state_dict(optimizer_state)
+        if self.sharded:
+            self._refresh_acting()
 
 
 def _flags(flags: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:

@@ -157,6 +157,14 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("algorithm", "reward_filter", "enabled"),
             )
         )
+    if algorithm.name == "rlpd" and config.actor.strategy == "fsdp":
+        problems.append(
+            ConfigIssue(
+                "actor.strategy",
+                "fsdp shards the model over actor ranks; RLPD's learner is one process: use ddp",
+                ("actor", "strategy"),
+            )
+        )
     if algorithm.use_plan_reward and algorithm.plan_reward_coef == 0:
         problems.append(
             ConfigIssue(

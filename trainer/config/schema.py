@@ -164,6 +164,14 @@ class ActorConfig(Section):
         description="Forward passes in fp32, or in bf16 under autocast (weights and "
         "optimizer state stay fp32). On GPUs, fp32 matmuls use TF32.",
     )
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="How several actor ranks share the model: ddp (each holds all of it; "
+        "gradients are summed in buckets while backward runs) or fsdp (FSDP2: each holds "
+        "1/N of every parameter, gradient and optimizer state, for a model that does not "
+        "fit one device; rollouts use a full copy refreshed after each update). One rank "
+        "trains alike either way. On-policy algorithms only: RLPD's learner is one process.",
+    )
 
 
 class CriticConfig(Section):

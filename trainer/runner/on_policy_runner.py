@@ -71,6 +71,8 @@ class OnPolicyRunner(TrainingLoop):
         for module in (self.algorithm.policy, self.algorithm.critic):
             if module is not None:  # every rank starts from rank 0's weights
                 self.collective.broadcast_module(module)
+        if config.actor.strategy == "fsdp":
+            self.algorithm.shard()
         # Seed 001: tasks round-robin over ranks; a rank left without one (more ranks
         # than tasks) idles each iteration and still joins the gradient sync.
         shard = shard_tasks(components.task_ids, self.collective.world_size)[rank]

@@ -173,7 +173,7 @@ class ActorRank:
     def learn(self, resume: bool) -> dict[str, Any]:
         assert self.runner is not None, "join() first"
         history = self.runner.learn(resume=resume, should_stop=lambda: self.stop_asked)
-        policy = self.runner.algorithm.policy
+        policy = self.runner.algorithm.acting_policy  # whole, sharded or not
         return {
             "iteration": self.runner.iteration,
             "last": history[-1] if history else {},

@@ -114,6 +114,10 @@ def test_errors_name_their_key_path(tmp_path):
         (["algorithm.use_plan_reward=true"], "algorithm.plan_reward_coef: use_plan_reward"),
         (["env.task_ids=[1, 1]"], "env.task_ids[1]: 1 is negative or listed twice"),
         (["env.task_ids=[]"], "env.task_ids: lists no task"),
+        (
+            ["algorithm.name=rlpd", "actor.strategy=fsdp"],
+            "actor.strategy: fsdp shards the model over actor ranks; RLPD's learner",
+        ),
     ],
 )
 def test_rules_across_keys(overrides, expected):

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.ray_cluster import labelled_ray_cluster
 from trainer.config.loading import load_config
@@ -59,6 +60,22 @@ def test_two_ranks_on_two_nodes_shard_tasks_stay_in_sync_and_resume(two_nodes, t
     assert resumed.per_rank[0]["parameters"] == resumed.per_rank[1]["parameters"]
     state = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
     assert [r["task_cursor"] for r in state["ranks"]] == [3, 3]
+
+
+def test_fsdp_ranks_stay_in_sync_and_their_checkpoint_resumes_under_ddp(two_nodes, tmp_path):
+    sharded = load_config(EXAMPLE, [*SMALL, "actor.strategy=fsdp", "runner.iterations=2"])
+    result = train_distributed(sharded, distributed_plan(sharded), tmp_path)
+    assert result.iteration == 2
+    assert result.per_rank[0]["parameters"] == result.per_rank[1]["parameters"]
+    # Full tensors in the checkpoint, as a one-process run writes them.
+    state = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
+    assert all(type(t) is torch.Tensor for t in state["algorithm"]["policy"].values())
+    assert state["algorithm"]["policy"]["log_std"].shape == (sharded.actor.model.action_dim,)
+
+    more = load_config(EXAMPLE, [*SMALL, "actor.strategy=ddp", "runner.iterations=3"])
+    resumed = train_distributed(more, distributed_plan(more), tmp_path, resume=True)
+    assert resumed.iteration == 3
+    assert resumed.per_rank[0]["parameters"] == resumed.per_rank[1]["parameters"]
 
 
 def test_more_ranks_than_tasks_leave_one_idle_in_the_sync(two_nodes, tmp_path):

@@ -4,6 +4,7 @@ their gradients summed in buckets that start while backward still runs;
 a rank without a task joins with nothing and shrinks nobody's step; counts are summed
 across ranks, keys only some ranks have included; the early stop is one decision."""
 
+import copy
 import socket
 from collections import Counter
 
@@ -73,6 +74,7 @@ SCENARIOS = {
     "kl stop": ([0, 16], {"update_epochs": 3, "target_kl": 0.0}),
     "normalised": ([12, 20], {"normalize_advantages": True}),
     "small buckets": ([12, 20], {}),  # one bucket per parameter
+    "fsdp": ([12, 20], {"update_epochs": 2}),  # sharded: the same steps as ddp
 }
 HUMAN_ROWS = {"normalised"}  # scenarios whose rows include a human's
 
@@ -92,14 +94,18 @@ def _rank(rank, world, port, out):
                 p.data.add_(torch.randn_like(p) * rank)
             collective.broadcast_module(algorithm.policy)
             mine = rows(algorithm, counts_per_rank[rank], seed=rank, human=name in HUMAN_ROWS)
+            if name == "fsdp":
+                algorithm.shard()
             stats = algorithm.update_rows(mine)
             counts = Counter({f"task{rank}_episodes": 2.0, "episodes": 2.0})
             out[(name, rank)] = {
                 "buckets": started if name == "small buckets" else None,
-                "params": [p.detach().clone() for p in algorithm.policy.parameters()],
+                "params": [p.detach().clone() for p in algorithm.acting_policy.parameters()],
                 "stats": stats,
                 "counts": dict(collective.sum_counts(counts)),
             }
+            if name == "fsdp":  # after the update's parameters are kept
+                out[("fsdp checkpoint", rank)] = fsdp_checkpoint_round_trip(algorithm, mine)
     finally:
         collective.close()
 
@@ -120,13 +126,36 @@ def watch_bucket_starts(algorithm: PPO, collective: TorchCollective) -> list[tup
     return started
 
 
+def fsdp_checkpoint_round_trip(algorithm: PPO, mine: dict[str, torch.Tensor]) -> dict:
+    """The sharded run's checkpoint (full tensors), a second sharded copy loaded from it
+    saving the same, and both taking one more identical step."""
+    # Copied, as a checkpoint file does (the optimizer's step counters are live tensors).
+    state = copy.deepcopy(algorithm.state_dict())
+    again = make_algorithm(update_epochs=2)
+    again.collective = algorithm.collective
+    again.shard()
+    again.load_state_dict(state)
+    reloaded = again.state_dict()
+    for model in (algorithm, again):
+        torch.manual_seed(7)  # the same minibatch order
+        model.update_rows(dict(mine))
+    return {
+        "state": state,
+        "reloaded": reloaded,
+        "next": [p.detach().clone() for p in algorithm.acting_policy.parameters()],
+        "next again": [p.detach().clone() for p in again.acting_policy.parameters()],
+        "sharded": [tuple(p.to_local().shape) for p in algorithm.policy.parameters()],
+    }
+
+
 @pytest.fixture(scope="module")
 def ranks() -> dict:
     with mp.Manager() as manager:
         out = manager.dict()
         mp.spawn(_rank, args=(2, free_port(), out), nprocs=2, join=True)
         results = dict(out)
-    return {name: [results[(name, 0)], results[(name, 1)]] for name in SCENARIOS}
+    names = [*SCENARIOS, "fsdp checkpoint"]
+    return {name: [results[(name, 0)], results[(name, 1)]] for name in names}
 
 
 def single_process(counts_per_rank: list[int], human: bool = False, **settings) -> list:
@@ -192,3 +221,31 @@ def test_buckets_start_while_backward_still_runs_and_sum_as_one_buffer_did(ranks
     # most were still to come (log_std's, used last in the forward pass, comes early).
     waiting = [still for still, _ in first["buckets"]]
     assert waiting[0] >= parameters // 2 and waiting[-1] == 0, waiting
+
+
+def test_fsdp_shards_the_model_and_steps_as_one_process_on_all_rows(ranks):
+    first, second = ranks["fsdp"]
+    assert all(torch.equal(a, b) for a, b in zip(first["params"], second["params"], strict=True))
+    ddp = make_algorithm(update_epochs=2)
+    full = [tuple(p.shape) for p in ddp.policy.parameters()]
+    shards = ranks["fsdp checkpoint"][0]["sharded"]
+    assert [s[0] for s in shards] == [-(-f[0] // 2) for f in full]  # half of dim 0 each
+    # Minibatches are drawn per rank: compare two epochs of full batches.
+    parts = [rows(ddp, count, seed=rank) for rank, count in enumerate([12, 20])]
+    ddp.update_rows(concat(parts))
+    assert_same(first["params"], [p.detach() for p in ddp.policy.parameters()])
+
+
+def test_an_fsdp_checkpoint_is_one_processs_and_loads_into_any_number_of_ranks(ranks):
+    first, second = ranks["fsdp checkpoint"]
+    state = first["state"]
+    # Full tensors, as one process writes them: a one-process PPO loads them as they are.
+    single = make_algorithm(update_epochs=2)
+    single.load_state_dict(state)
+    assert_same([p.detach() for p in single.policy.parameters()], ranks["fsdp"][0]["params"])
+    assert set(state["optimizer"]["state"]) == set(range(len(list(single.policy.parameters()))))
+    # Two sharded ranks loading it save the same again, and step alike from it.
+    for key in ("policy", "optimizer"):
+        torch.testing.assert_close(first["reloaded"][key], state[key], rtol=0, atol=0)
+    assert_same(first["next"], first["next again"])
+    assert_same(first["next"], second["next"])

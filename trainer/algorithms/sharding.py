@@ -1,0 +1,119 @@
+"""`actor.strategy: fsdp`: the policy and critic sharded over the actor ranks with FSDP2
+(`torch.distributed.fsdp.fully_shard`). Each rank keeps 1/N of every parameter, of its
+gradient and of its optimizer state; a layer's full weights exist only while its
+forward or backward runs, so a model that does not fit one device trains on several.
+
+Only the update runs through the sharded modules: every rank makes the same calls there,
+in the same order (the same number of minibatches, one early stop for all). Rollouts
+differ between ranks (the plan cache decides for some envs at a time, the group filter
+may draw again), so they run on a full copy of each module, refreshed from the shards
+after every update.
+
+Checkpoints hold full tensors on the CPU, the format one process writes: they load into
+any number of ranks and either strategy.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+# Methods the update calls instead of forward(): FSDP gathers a module's shards around
+# forward() only, unless told of the others.
+FORWARD_METHODS = ("chunk_log_prob",)
+
+
+def device_mesh(device: torch.device, world_size: int) -> DeviceMesh:
+    """The ranks of the default process group, as one flat mesh on `device`'s type."""
+    return init_device_mesh(device.type, (world_size,))
+
+
+def shard(module: nn.Module, mesh: DeviceMesh) -> None:
+    """Shard `module` in place: each submodule that holds parameters of its own (a
+    layer) is one FSDP unit, gathered only around its own computation; the root holds
+    the rest (e.g. the policy's log std)."""
+    units = [
+        sub
+        for sub in module.modules()
+        if sub is not module and any(True for _ in sub.parameters(recurse=False))
+    ]
+    for unit in units:
+        fully_shard(unit, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    for name in FORWARD_METHODS:
+        if hasattr(module, name):
+            register_fsdp_forward_method(module, name)
+    # The update scales each rank's loss by its share of all ranks' rows: gradients
+    # are summed, not averaged over ranks (with plain sums, which gloo also has).
+    for sub in [*units, module]:
+        sub.set_gradient_divide_factor(1.0)
+        sub.set_force_sum_reduction_for_comms(True)
+
+
+def acting_copy(module: nn.Module) -> nn.Module:
+    """A full copy of a module about to be sharded, for the rollout."""
+    acting = copy.deepcopy(module)
+    acting.requires_grad_(False)
+    return acting
+
+
+@torch.no_grad()
+def refresh(acting: nn.Module, sharded: nn.Module) -> None:
+    """Copy the sharded module's weights into its full copy (a collective: every rank
+    calls it, after the same update)."""
+    full = dict(acting.named_parameters())
+    for name, param in sharded.named_parameters():
+        full[name].copy_(_full(param))
+
+
+def full_state(value: Any) -> Any:
+    """`value` (a state dict, nested) with every sharded tensor gathered whole onto the
+    CPU (a collective: every rank calls it, on the same structure)."""
+    if isinstance(value, DTensor):
+        return _full(value).cpu()
+    if isinstance(value, dict):
+        return {key: full_state(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [full_state(item) for item in value]
+    return value
+
+
+def load_full_state(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a full state dict (one process's format) into a sharded module: each rank
+    takes its own shard of every tensor, no communication needed."""
+    current = module.state_dict()
+    module.load_state_dict(
+        {name: _like(value, current[name]) if name in current else value
+         for name, value in state.items()}
+    )  # fmt: skip
+
+
+def shard_optimizer_state(state: dict[str, Any], params: list[torch.Tensor]) -> dict[str, Any]:
+    """A full optimizer state dict (one process's format, per-parameter entries keyed by
+    index) with each parameter-shaped tensor cut to this rank's shard of `params`."""
+    per_param = {
+        index: {key: _like(value, params[index]) for key, value in entries.items()}
+        for index, entries in state["state"].items()
+    }
+    return {**state, "state": per_param}
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _like(value: Any, target: torch.Tensor) -> Any:
+    """`value`, a full tensor, as `target`'s shard when `target` is sharded and `value`
+    has its shape (an optimizer's step counter, say, stays as it is)."""
+    if not isinstance(target, DTensor) or not isinstance(value, torch.Tensor):
+        return value
+    if tuple(value.shape) != tuple(target.shape):
+        return value
+    local = value.to(device=target.to_local().device, dtype=target.dtype)
+    return distribute_tensor(local, target.device_mesh, target.placements, src_data_rank=None)
