@@ -11,6 +11,28 @@ os.environ.setdefault(
     str(Path(__file__).resolve().parent.parent / "var" / "test" / f"session-{os.getpid()}"),
 )
 
+
+def _per_xdist_worker(worker: str) -> None:
+    """Under pytest-xdist each worker is a session of its own: its own var/ folder and
+    its own Redis database (base − N for worker gwN: broker queues, channel layer and
+    cache are never shared). pytest-django gives each its own test database. Processes
+    the worker starts inherit what is set here (and may import this module again)."""
+    if os.environ.get("ARMATURE_TEST_WORKER") == worker:
+        return
+    os.environ["ARMATURE_TEST_WORKER"] = worker
+    os.environ["ARMATURE_VAR_DIR"] += f"-{worker}"
+    if os.environ.get("REDIS_URL"):
+        base, _, db = os.environ["REDIS_URL"].rstrip("/").rpartition("/")
+        if not db.isdigit():
+            base, db = os.environ["REDIS_URL"].rstrip("/"), "0"
+        index = int(worker.removeprefix("gw"))
+        number = int(db) - index if int(db) >= index else int(db) + index
+        os.environ["REDIS_URL"] = f"{base}/{number}"
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _per_xdist_worker(os.environ["PYTEST_XDIST_WORKER"])
+
 from controlplane.settings import *  # noqa: E402,F403
 
 # Django's default hasher takes most of a second per password on purpose; tests that log

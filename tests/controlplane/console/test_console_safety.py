@@ -94,7 +94,7 @@ def test_two_operators_one_lock_and_the_other_sees_who_holds_it(scene):
 def test_closing_the_operators_socket_releases_with_a_zero_action_within_200_ms(scene):
     run, make = scene
     # A long deadman: only the closed socket may end this takeover, even on a busy machine.
-    robots, consoles = make(TeleopSettings(deadman_s=2.0))
+    robots, consoles = make(TeleopSettings(deadman_s=10.0))
     olga = consoles["olga"]
     olga.take_over(0)
     stop = threading.Event()
@@ -107,7 +107,7 @@ def test_closing_the_operators_socket_releases_with_a_zero_action_within_200_ms(
     olga.close()
     zero = first_zero_action(robots, since=closed_at)
     assert zero - closed_at <= 0.2, f"zero action {1000 * (zero - closed_at):.0f} ms after"
-    wait_until(lambda: robots.source.mode(0)[0] == "policy", 5, "the release", 0.005)
+    wait_until(lambda: robots.source.mode(0)[0] == "policy", 9, "the release", 0.005)
     (takeover,) = robots.source.takeovers
     assert takeover.reason == "operator link lost"
     assert takeover.ended - closed_at <= 0.2, f"released {takeover.ended - closed_at:.3f} s after"
