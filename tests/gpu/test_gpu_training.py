@@ -86,10 +86,11 @@ def test_grpo_with_the_group_filter_on_the_gpu(tmp_path):
     assert len(history) == 3 and all("losses/policy_loss" in h for h in history)
 
 
-def test_rlpd_learns_on_the_gpu_with_its_buffers_there(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_rlpd_learns_on_the_gpu_with_its_buffers_there(tmp_path, precision):
     config = _config(
         tmp_path, "builtin_rlpd.yaml", "actor.device=cuda", "runner.iterations=4",
-        "algorithm.rlpd.training_starts=100",
+        "algorithm.rlpd.training_starts=100", f"actor.precision={precision}",
     )  # fmt: skip
     runner = RLPDRunner(config, output_dir=tmp_path)
     try:

@@ -62,10 +62,12 @@ def test_an_on_policy_iteration_makes_no_tensor_off_the_device(tmp_path, example
     assert guard.found == []
 
 
-def test_an_rlpd_iteration_makes_no_tensor_off_the_device(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_rlpd_iteration_makes_no_tensor_off_the_device(tmp_path, precision):
     config = _config(
         tmp_path, "builtin_rlpd.yaml", "env.max_episode_steps=20",
         "algorithm.rlpd.training_starts=40", "algorithm.rlpd.batch_size=16",
+        f"actor.precision={precision}",
     )  # fmt: skip
     runner = RLPDRunner(config, output_dir=tmp_path)
     try:

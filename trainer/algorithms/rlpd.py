@@ -14,6 +14,7 @@ true final observation).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from trainer.devices import autocast
 from trainer.models.encoders import build_encoder
 
 Batch = dict[str, torch.Tensor]
@@ -173,7 +175,8 @@ class TanhGaussianActor(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action and its log-probability [B]; the noise from
         `generator` (the global generator when None)."""
-        mean, log_std = self(obs)
+        # The network may have run in bf16 (autocast): the distribution's math is fp32.
+        mean, log_std = (part.float() for part in self(obs))
         noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         raw = mean + noise * log_std.exp()
         action = torch.tanh(raw)
@@ -199,12 +202,17 @@ class RLPDLearner:
         action_dim: int,
         settings: RLPDSettings,
         device: torch.device | str = "cpu",
+        precision: str = "fp32",
     ) -> None:
         """`obs_shape`: a state vector's width (an int or a 1-tuple) or an image's
-        [C, H, W]; `device`: where the networks, their optimisers and the batches are."""
+        [C, H, W]; `device`: where the networks, their optimisers and the batches are;
+        `precision`: fp32, or the networks' forward passes in bf16 under autocast
+        (weights, optimizer state, targets, losses and the policy's distribution stay
+        fp32)."""
         shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.settings = settings
         self.device = torch.device(device)
+        self.precision = precision
         hidden = settings.hidden_sizes
         self.actor = TanhGaussianActor(shape, action_dim, hidden).to(self.device)
         self.critic = CriticEnsemble(
@@ -235,6 +243,10 @@ class RLPDLearner:
         self._critic_parameters = list(self.critic.parameters())
         self.updates = 0  # critic updates so far
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The networks' forward passes' precision (`precision`)."""
+        return autocast(self.device, self.precision)
+
     @property
     def temperature(self) -> float:
         return float(self.log_temperature.detach().exp())
@@ -252,7 +264,8 @@ class RLPDLearner:
     def critic_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic update on the soft Bellman target, then the targets' Polyak step."""
         target = self.td_target(batch)
-        predicted = self.critic(batch["obs"], batch["action"])
+        with self.autocast():
+            predicted = self.critic(batch["obs"], batch["action"]).float()
         loss = F.mse_loss(predicted, target.expand_as(predicted))
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -270,9 +283,11 @@ class RLPDLearner:
         """r + γ (1 - terminal) (min over a random subset of target critics of Q(s', a')
         - α log π(a'|s')), a' drawn from the current actor."""
         settings = self.settings
-        next_action, next_log_prob = self.actor.sample(batch["next_obs"])
         members = _random_subset(settings.critic_ensemble, settings.critic_subsample, self.device)
-        next_q = self.target_critic(batch["next_obs"], next_action)[members].min(0).values
+        with self.autocast():
+            next_action, next_log_prob = self.actor.sample(batch["next_obs"])
+            next_q = self.target_critic(batch["next_obs"], next_action)[members]
+        next_q = next_q.float().min(0).values
         if settings.backup_entropy:
             next_q = next_q - self._alpha() * next_log_prob
         alive = 1.0 - batch["terminal"].float()
@@ -281,12 +296,13 @@ class RLPDLearner:
     def joint_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The critic, then the actor against the updated critic, then the temperature."""
         metrics = self.critic_step(batch)
-        action, log_prob = self.actor.sample(batch["obs"])
         # The actor's loss flows through the critic to the actions only: the critic's
         # own weight gradients would be work thrown away.
         self.critic.requires_grad_(False)
         try:
-            q = self.critic(batch["obs"], action).mean(0)
+            with self.autocast():
+                action, log_prob = self.actor.sample(batch["obs"])
+                q = self.critic(batch["obs"], action).float().mean(0)
         finally:
             self.critic.requires_grad_(True)
         actor_loss = (self._alpha() * log_prob - q).mean()

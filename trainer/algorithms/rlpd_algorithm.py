@@ -34,11 +34,13 @@ class RLPDAlgorithm:
         num_envs: int,
         generator: torch.Generator,
         device: torch.device | str = "cpu",
+        precision: str = "fp32",
     ) -> None:
         """`rlpd`: the config's `algorithm.rlpd` section; `num_envs`: the env copies one
         step of which pays for `updates_per_step` rounds; `generator` draws the random
         actions of exploration and the batches; `device`: where the learner and both
-        buffers are (images stay uint8 there)."""
+        buffers are (images stay uint8 there); `precision`: the learner's forward
+        passes (fp32, or bf16 under autocast)."""
         self.rlpd, self.num_envs, self.action_dim = rlpd, num_envs, action_dim
         self.generator = generator
         self.device = torch.device(device)
@@ -48,7 +50,7 @@ class RLPDAlgorithm:
         if self.device.type == "cuda":
             seed = int(torch.randint(2**62, (1,), generator=generator, device="cpu"))
             self.batch_generator = torch.Generator(self.device).manual_seed(seed)
-        self.learner = RLPDLearner(obs_shape, action_dim, settings, self.device)
+        self.learner = RLPDLearner(obs_shape, action_dim, settings, self.device, precision)
         self.online = ReplayBuffer(rlpd.online_capacity, self.device)
         self.demo = ReplayBuffer(rlpd.demo_capacity, self.device)
         self.sampler = MixedSampler(

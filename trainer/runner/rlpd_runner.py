@@ -150,7 +150,7 @@ class RLPDRunner(TrainingLoop):
             task_ids = self._task_ids()
             self.algorithm = RLPDAlgorithm(
                 self.obs_shape, self.action_dim, rlpd_settings(config), config.algorithm.rlpd,
-                self.num_envs, self.generator, compute_device(config),
+                self.num_envs, self.generator, compute_device(config), config.actor.precision,
             )  # fmt: skip
             self.demos_loaded = self._load_demos()
         except BaseException:

@@ -26,9 +26,10 @@ def batch(rows: int = 32, terminal: bool = False) -> dict:
     }
 
 
-def learner(**overrides) -> RLPDLearner:
+def learner(precision: str = "fp32", **overrides) -> RLPDLearner:
     torch.manual_seed(0)
-    return RLPDLearner(OBS, ACT, RLPDSettings(hidden_sizes=(32, 32), **overrides))
+    settings = RLPDSettings(hidden_sizes=(32, 32), **overrides)
+    return RLPDLearner(OBS, ACT, settings, precision=precision)
 
 
 def snapshot(module_or_param) -> list[torch.Tensor]:
@@ -129,9 +130,12 @@ def test_the_squashed_log_probability_matches_a_numeric_change_of_variables():
     torch.testing.assert_close(log_prob, expected, atol=2e-3, rtol=1e-3)
 
 
-def test_it_learns_the_best_action_of_a_continuous_bandit():
-    """One-step episodes rewarded -|a - goal|²: the actor's mean goes to the goal."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_it_learns_the_best_action_of_a_continuous_bandit(precision):
+    """One-step episodes rewarded -|a - goal|²: the actor's mean goes to the goal, with
+    the networks' forward passes in bf16 too (weights, targets and losses in fp32)."""
     rlpd = learner(
+        precision,
         cta_ratio=2, discount=0.0, critic_ensemble=4, actor_lr=1e-3, critic_lr=1e-3,
         init_temperature=0.05,
     )  # fmt: skip
@@ -149,7 +153,9 @@ def test_it_learns_the_best_action_of_a_continuous_bandit():
         }
 
     for _ in range(600):
-        rlpd.update(sample)
+        metrics = rlpd.update(sample)
+    assert all(value.dtype == torch.float32 for value in metrics.values())
+    assert all(p.dtype == torch.float32 for p in rlpd.critic.parameters())
     best = rlpd.actor.act(torch.zeros(1, OBS), deterministic=True)[0]
     assert torch.allclose(best, goal, atol=0.15), best
 
