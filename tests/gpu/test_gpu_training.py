@@ -202,3 +202,43 @@ def test_two_ranks_sum_on_their_gpus_with_nccl_and_count_on_the_cpu():
     ]  # fmt: skip
     outputs = [rank.communicate(timeout=120)[0].strip() for rank in ranks]
     assert outputs == ["[3.0, 3.0, 3.0] 3.0 True"] * 2
+
+
+FSDP_RANK = """
+import sys, torch
+from tests.trainer.runtime.test_gradient_sync import rows
+from trainer.algorithms import PPO, OnPolicySettings
+from trainer.algorithms.collective import TorchCollective
+from trainer.models import GaussianChunkPolicy, build_encoder
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+device = torch.device("cuda", rank)
+group = TorchCollective(rank, 2, "127.0.0.1", port, "nccl", 60.0, device)
+torch.manual_seed(0)
+policy = GaussianChunkPolicy(build_encoder("mlp", (6,), (64,)), 3, 3, 4)
+settings = OnPolicySettings(update_epochs=2)
+samples = rows(PPO(policy, None, settings, chunk=2), 12 + 8 * rank, seed=rank)  # on the CPU
+algorithm = PPO(policy, None, settings, chunk=2, device=device)
+algorithm.collective = group
+samples = {key: value.to(device) for key, value in samples.items()}
+algorithm.shard()
+algorithm.update_rows(samples)
+state = algorithm.state_dict()
+shards = [p.to_local().shape[0] for p in algorithm.policy.parameters()]
+print(round(sum(float(t.double().sum()) for t in state["policy"].values()), 9), shards[1])
+group.close()
+"""
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP over NCCL needs two GPUs")
+def test_fsdp_shards_a_ppo_update_over_two_gpus():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", FSDP_RANK, str(rank), str(port)], env=env,
+                         stdout=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]  # fmt: skip
+    outputs = [rank.communicate(timeout=180)[0].strip() for rank in ranks]
+    assert outputs[0] == outputs[1] and outputs[0].endswith(" 32"), outputs  # 64 rows, halved
