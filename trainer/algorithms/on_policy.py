@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -473,38 +474,53 @@ class OnPolicyAlgorithm(ABC):
         return 0.5 * _weighted_mean(errors, mb["weight"])
 
     # ----- checkpoints ---------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Full tensors, sharded or not (every rank calls it when sharded)."""
+    def state_dict(self, shards: Path | None = None) -> dict[str, Any]:
+        """The models' and the optimizer's state. Sharded (fsdp), every rank writes its
+        own part of them into the folder `shards` and the state names it instead."""
+        if self.sharded:
+            from trainer.algorithms import sharding
+
+            assert shards is not None, "sharded models save into a folder of shards"
+            sharding.save_shards(self._models(), self.optimizer, shards)
+            return {"shards": shards.name}
         state: dict[str, Any] = {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
         }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
-        if self.sharded:
-            from trainer.algorithms import sharding
-
-            state = sharding.full_state(state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """A state of full tensors, from any number of ranks of either strategy."""
+        """A state from any number of ranks of either strategy: shards (`shards`, the
+        folder's path as `load_checkpoint` resolved it) or full tensors."""
         self.policy_version += 1
-        optimizer_state = state["optimizer"]
-        if self.sharded:
+        if "shards" in state or self.sharded:
             from trainer.algorithms import sharding
 
-            load = sharding.load_full_state
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            optimizer_state = sharding.shard_optimizer_state(optimizer_state, params)
-        else:
-            load = nn.Module.load_state_dict
-        load(self.policy, state["policy"])
+            if "shards" in state:
+                sharding.load_shards(self._models(), self.optimizer, Path(state["shards"]))
+            else:  # a ddp run's checkpoint, into sharded models
+                for name, module in self._models().items():
+                    sharding.load_full_state(module, state[name])
+                params = [p for group in self.optimizer.param_groups for p in group["params"]]
+                self.optimizer.load_state_dict(
+                    sharding.shard_optimizer_state(state["optimizer"], params)
+                )
+            if self.sharded:
+                self._refresh_acting()
+            return
+        self.policy.load_state_dict(state["policy"])
         if self.critic is not None:
-            load(self.critic, state["critic"])
-        self.optimizer.load_state_dict(optimizer_state)
-        if self.sharded:
-            self._refresh_acting()
+            self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def _models(self) -> nn.ModuleDict:
+        """The policy and critic under one module: their checkpoint names."""
+        models = nn.ModuleDict({"policy": self.policy})
+        if self.critic is not None:
+            models["critic"] = self.critic
+        return models
 
 
 def _flags(flags: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:

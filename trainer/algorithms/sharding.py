@@ -9,17 +9,22 @@ differ between ranks (the plan cache decides for some envs at a time, the group 
 may draw again), so they run on a full copy of each module, refreshed from the shards
 after every update.
 
-Checkpoints hold full tensors on the CPU, the format one process writes: they load into
-any number of ranks and either strategy.
+Checkpoints are sharded (`save_shards`): each rank writes its own part of the models and
+the optimizer with torch.distributed.checkpoint, and any number of ranks, sharded or
+not — one process evaluating, say — loads them back (`load_shards`), each reading the
+parts it needs.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor, distribute_tensor
@@ -72,21 +77,27 @@ def refresh(acting: nn.Module, sharded: nn.Module) -> None:
         full[name].copy_(_full(param))
 
 
-def full_state(value: Any) -> Any:
-    """`value` (a state dict, nested) with every sharded tensor gathered whole onto the
-    CPU (a collective: every rank calls it, on the same structure)."""
-    if isinstance(value, DTensor):
-        return _full(value).cpu()
-    if isinstance(value, dict):
-        return {key: full_state(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [full_state(item) for item in value]
-    return value
+def save_shards(models: nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """Write this rank's part of `models` (one module holding the policy and critic) and
+    of the optimizer's state into `folder` (a collective: every rank calls it)."""
+    model_state, optimizer_state = get_state_dict(models, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder)
+
+
+def load_shards(models: nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """Load what `save_shards` wrote, whatever the number of ranks then and now, into
+    models sharded or not (a collective where there is a process group)."""
+    model_state, optimizer_state = get_state_dict(models, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(
+        models, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
 
 
 def load_full_state(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load a full state dict (one process's format) into a sharded module: each rank
-    takes its own shard of every tensor, no communication needed."""
+    """Load a full state dict (one process's format: a ddp run's checkpoint) into a
+    sharded module: each rank takes its own shard of every tensor, no communication."""
     current = module.state_dict()
     module.load_state_dict(
         {name: _like(value, current[name]) if name in current else value

@@ -1,5 +1,7 @@
 """Local checkpoints: everything needed to continue a run bit-for-bit (models, optimizer,
-sampler cursors, random generators), one file per saved iteration."""
+sampler cursors, random generators), one file per saved iteration. Sharded models
+(`actor.strategy: fsdp`) write their models and optimizer beside it, a folder of shards
+per iteration that the file names."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ _NAME = re.compile(r"iter_(\d+)\.pt$")
 
 def checkpoint_path(directory: Path, iteration: int) -> Path:
     return directory / f"iter_{iteration:06d}.pt"
+
+
+def shards_path(directory: Path, iteration: int) -> Path:
+    """The folder of an iteration's model and optimizer shards (sharded runs only)."""
+    return directory / f"iter_{iteration:06d}.shards"
 
 
 def save_checkpoint(directory: Path, iteration: int, state: dict[str, Any]) -> Path:
@@ -36,4 +43,8 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     # weights_only=False: the state holds RNG states and plain dicts we wrote ourselves.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    algorithm = state.get("algorithm")
+    if isinstance(algorithm, dict) and "shards" in algorithm:  # named beside the file
+        algorithm["shards"] = str(path.parent / algorithm["shards"])
+    return state

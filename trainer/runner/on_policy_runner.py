@@ -33,6 +33,7 @@ from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
 from trainer.runner.build import build_components
+from trainer.runner.checkpoints import shards_path
 from trainer.runner.collection import CollectedBatch, collect_exact_batch, run_round
 from trainer.runner.interventions import close_env
 from trainer.runner.loop import (
@@ -208,7 +209,9 @@ class OnPolicyRunner(TrainingLoop):
     def state_dict(self) -> dict[str, Any]:
         return {
             "iteration": self.iteration,
-            "algorithm": self.algorithm.state_dict(),
+            "algorithm": self.algorithm.state_dict(
+                shards_path(self.checkpoint_dir, self.iteration)
+            ),
             "total_env_steps": self.total_env_steps,
             "config": self.config.model_dump(mode="json"),
             # Every rank's own state, in rank order (a collective: all ranks call it).

@@ -174,6 +174,8 @@ def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path
         ["env.max_episode_steps=10", "runner.iterations=1", "runner.progress=false",
          "algorithm.rlpd.training_starts=4", "algorithm.rlpd.batch_size=8",
          "algorithm.rlpd.demo_fraction=0", f"runner.output_dir={tmp_path}",
+         # Buffers of a test's size: 100,000 camera frames would hold gigabytes.
+         "algorithm.rlpd.online_capacity=64", "algorithm.rlpd.demo_capacity=64",
          f"env.camera={str(camera).lower()}"],
     )  # fmt: skip
     runner = RLPDRunner(config)

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.ray_cluster import labelled_ray_cluster
 from trainer.config.loading import load_config
@@ -62,15 +61,16 @@ def test_two_ranks_on_two_nodes_shard_tasks_stay_in_sync_and_resume(two_nodes, t
     assert [r["task_cursor"] for r in state["ranks"]] == [3, 3]
 
 
-def test_fsdp_ranks_stay_in_sync_and_their_checkpoint_resumes_under_ddp(two_nodes, tmp_path):
+def test_fsdp_ranks_stay_in_sync_and_their_checkpoint_shards_resume_under_ddp(two_nodes, tmp_path):
     sharded = load_config(EXAMPLE, [*SMALL, "actor.strategy=fsdp", "runner.iterations=2"])
     result = train_distributed(sharded, distributed_plan(sharded), tmp_path)
     assert result.iteration == 2
     assert result.per_rank[0]["parameters"] == result.per_rank[1]["parameters"]
-    # Full tensors in the checkpoint, as a one-process run writes them.
+    # Each rank wrote its shards beside the checkpoint file, which names them.
     state = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
-    assert all(type(t) is torch.Tensor for t in state["algorithm"]["policy"].values())
-    assert state["algorithm"]["policy"]["log_std"].shape == (sharded.actor.model.action_dim,)
+    shards = tmp_path / "checkpoints" / "iter_000002.shards"
+    assert state["algorithm"] == {"shards": str(shards)}
+    assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
 
     more = load_config(EXAMPLE, [*SMALL, "actor.strategy=ddp", "runner.iterations=3"])
     resumed = train_distributed(more, distributed_plan(more), tmp_path, resume=True)

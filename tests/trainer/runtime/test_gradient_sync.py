@@ -7,6 +7,7 @@ across ranks, keys only some ranks have included; the early stop is one decision
 import copy
 import socket
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,7 +80,7 @@ SCENARIOS = {
 HUMAN_ROWS = {"normalised"}  # scenarios whose rows include a human's
 
 
-def _rank(rank, world, port, out):
+def _rank(rank, world, port, out, shards):
     collective = TorchCollective(rank, world, "127.0.0.1", port, timeout_s=60)
     try:
         for name, (counts_per_rank, settings) in SCENARIOS.items():
@@ -105,7 +106,7 @@ def _rank(rank, world, port, out):
                 "counts": dict(collective.sum_counts(counts)),
             }
             if name == "fsdp":  # after the update's parameters are kept
-                out[("fsdp checkpoint", rank)] = fsdp_checkpoint_round_trip(algorithm, mine)
+                out[("fsdp checkpoint", rank)] = fsdp_checkpoint_round_trip(algorithm, mine, shards)
     finally:
         collective.close()
 
@@ -126,36 +127,51 @@ def watch_bucket_starts(algorithm: PPO, collective: TorchCollective) -> list[tup
     return started
 
 
-def fsdp_checkpoint_round_trip(algorithm: PPO, mine: dict[str, torch.Tensor]) -> dict:
-    """The sharded run's checkpoint (full tensors), a second sharded copy loaded from it
-    saving the same, and both taking one more identical step."""
+def fsdp_checkpoint_round_trip(algorithm: PPO, mine: dict[str, torch.Tensor], shards: Path) -> dict:
+    """The sharded run's checkpoint (each rank writes its shards), loaded back by a
+    second sharded copy, by an unsharded (ddp) copy, and from that one's full tensors by
+    a third sharded copy: all four then take the same step."""
+    state = algorithm.state_dict(shards / "iter_000001.shards")
+    resolved = {"shards": str(shards / state["shards"])}  # as load_checkpoint resolves it
+
+    def copy_of(sharded: bool) -> PPO:
+        made = make_algorithm(update_epochs=2)
+        made.collective = algorithm.collective
+        if sharded:
+            made.shard()
+        return made
+
+    again, ddp, from_full = copy_of(True), copy_of(False), copy_of(True)
+    again.load_state_dict(resolved)
+    ddp.load_state_dict(resolved)
     # Copied, as a checkpoint file does (the optimizer's step counters are live tensors).
-    state = copy.deepcopy(algorithm.state_dict())
-    again = make_algorithm(update_epochs=2)
-    again.collective = algorithm.collective
-    again.shard()
-    again.load_state_dict(state)
-    reloaded = again.state_dict()
-    for model in (algorithm, again):
+    from_full.load_state_dict(copy.deepcopy(ddp.state_dict()))
+    steps = {}
+    for name, model in {
+        "first": algorithm,
+        "again": again,
+        "ddp": ddp,
+        "from full": from_full,
+    }.items():
         torch.manual_seed(7)  # the same minibatch order
         model.update_rows(dict(mine))
+        steps[name] = [p.detach().clone() for p in model.acting_policy.parameters()]
     return {
         "state": state,
-        "reloaded": reloaded,
-        "next": [p.detach().clone() for p in algorithm.acting_policy.parameters()],
-        "next again": [p.detach().clone() for p in again.acting_policy.parameters()],
+        "steps": steps,
         "sharded": [tuple(p.to_local().shape) for p in algorithm.policy.parameters()],
     }
 
 
 @pytest.fixture(scope="module")
-def ranks() -> dict:
+def ranks(tmp_path_factory) -> dict:
+    shards = tmp_path_factory.mktemp("shards")  # where the sharded scenario saves
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_rank, args=(2, free_port(), out), nprocs=2, join=True)
+        mp.spawn(_rank, args=(2, free_port(), out, shards), nprocs=2, join=True)
         results = dict(out)
     names = [*SCENARIOS, "fsdp checkpoint"]
-    return {name: [results[(name, 0)], results[(name, 1)]] for name in names}
+    return {name: [results[(name, 0)], results[(name, 1)]] for name in names} | {"shards": shards}
 
 
 def single_process(counts_per_rank: list[int], human: bool = False, **settings) -> list:
@@ -236,16 +252,22 @@ def test_fsdp_shards_the_model_and_steps_as_one_process_on_all_rows(ranks):
     assert_same(first["params"], [p.detach() for p in ddp.policy.parameters()])
 
 
-def test_an_fsdp_checkpoint_is_one_processs_and_loads_into_any_number_of_ranks(ranks):
+def test_an_fsdp_checkpoint_is_sharded_and_loads_into_any_number_of_ranks(ranks):
     first, second = ranks["fsdp checkpoint"]
-    state = first["state"]
-    # Full tensors, as one process writes them: a one-process PPO loads them as they are.
+    assert first["state"] == {"shards": "iter_000001.shards"}
+    folder = ranks["shards"] / "iter_000001.shards"
+    assert sorted(path.name for path in folder.glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]  # each rank wrote its own part
+    # One process, no process group, unsharded: it reads every rank's part.
     single = make_algorithm(update_epochs=2)
-    single.load_state_dict(state)
+    single.load_state_dict({"shards": str(folder)})
     assert_same([p.detach() for p in single.policy.parameters()], ranks["fsdp"][0]["params"])
-    assert set(state["optimizer"]["state"]) == set(range(len(list(single.policy.parameters()))))
-    # Two sharded ranks loading it save the same again, and step alike from it.
-    for key in ("policy", "optimizer"):
-        torch.testing.assert_close(first["reloaded"][key], state[key], rtol=0, atol=0)
-    assert_same(first["next"], first["next again"])
-    assert_same(first["next"], second["next"])
+    assert all(state["step"] == 2 for state in single.optimizer.state.values())
+    # Two ranks loading it, sharded, unsharded, or sharded from the unsharded one's full
+    # tensors, all step as the run that wrote it.
+    for rank in (first, second):
+        for name in ("again", "ddp", "from full"):
+            assert_same(rank["steps"]["first"], rank["steps"][name])
+    assert_same(first["steps"]["first"], second["steps"]["first"])
