@@ -155,7 +155,7 @@ class OnPolicyAlgorithm(ABC):
         Every rank calls it, with rank 0's weights already everywhere."""
         if self.collective.world_size == 1 or self.sharded:
             return
-        from trainer.algorithms import sharding  # torch.distributed: only when sharding
+        import trainer.algorithms.sharding as sharding  # torch.distributed: only then
 
         mesh = sharding.device_mesh(self.device, self.collective.world_size)
         self.acting_policy = sharding.acting_copy(self.policy)
@@ -167,7 +167,7 @@ class OnPolicyAlgorithm(ABC):
         self.sharded = True
 
     def _refresh_acting(self) -> None:
-        from trainer.algorithms import sharding
+        import trainer.algorithms.sharding as sharding
 
         sharding.refresh(self.acting_policy, self.policy)
         if self.critic is not None:
@@ -478,7 +478,7 @@ class OnPolicyAlgorithm(ABC):
         """The models' and the optimizer's state. Sharded (fsdp), every rank writes its
         own part of them into the folder `shards` and the state names it instead."""
         if self.sharded:
-            from trainer.algorithms import sharding
+            import trainer.algorithms.sharding as sharding
 
             assert shards is not None, "sharded models save into a folder of shards"
             sharding.save_shards(self._models(), self.optimizer, shards)
@@ -496,7 +496,7 @@ class OnPolicyAlgorithm(ABC):
         folder's path as `load_checkpoint` resolved it) or full tensors."""
         self.policy_version += 1
         if "shards" in state or self.sharded:
-            from trainer.algorithms import sharding
+            import trainer.algorithms.sharding as sharding
 
             if "shards" in state:
                 sharding.load_shards(self._models(), self.optimizer, Path(state["shards"]))
