@@ -77,6 +77,9 @@ def test_cancelling_a_running_run_stops_its_job(live):
         format="json",
     ).json()["id"]  # fmt: skip
     wait_for_state(run_id, {"running"})
+    # Ray calls the job running while the trainer still imports torch: a stop then ends
+    # it before it has anything to save. Stop it once it trains.
+    wait_for_iterations(run_id, 1)
     assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
     run = wait_for_state(run_id, {"cancelled"}, 60)
     wait_until(lambda: ray_jobs.state(run.submission_id).status == "STOPPED", 60, "job stopped")
@@ -90,11 +93,21 @@ def test_cancelling_a_running_run_stops_its_job(live):
     resumed = api.post(f"/api/v1/runs/{run_id}/resume")
     assert resumed.status_code == 202, resumed.json()
     assert resumed.json()["attempt"] == 2
-    wait_for_state(run_id, {"running"})
+    wait_for_iterations(run_id, stopped["iteration"] + 1)
     assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
     again = wait_for_event(run_id, "stopped", 2)
     assert run.events.filter(kind="started").latest("pk").data["resume"] is True
     assert again["iteration"] > stopped["iteration"]
+
+
+def wait_for_iterations(run_id: int, count: int, timeout_s: float = 180) -> None:
+    """Until the trainer has written `count` iterations to the run's metrics.jsonl."""
+    metrics = artifacts.run_artifact_dir(run_id) / "metrics.jsonl"
+
+    def written() -> int:
+        return metrics.read_text().count("\n") if metrics.exists() else 0
+
+    wait_until(lambda: written() >= count, timeout_s, f"run {run_id}'s iteration {count}")
 
 
 def wait_for_event(run_id: int, kind: str, count: int, timeout_s: float = 120) -> dict:
