@@ -215,6 +215,24 @@ def seconds_to(event: RunEvent, since: float) -> float:
     return round(event.created_at.timestamp() - since, 1)
 
 
+def resume_all(api: APIClient, runs: dict[str, int], stopped_at: dict[int, int], attempt: int):
+    """Resume each run as its `attempt`th and see it report live past where it stopped,
+    continued from its checkpoint: no gap, nothing redone."""
+    began = time.monotonic()
+    for run_id in runs.values():
+        wait_until(lambda: Run.objects.get(pk=run_id).job_ended, 60, "the job seen ended")  # noqa: B023
+        resumed = api.post(f"/api/v1/runs/{run_id}/resume")
+        assert resumed.status_code == 202, resumed.json()
+        assert resumed.json()["attempt"] == attempt
+    for name, run_id in runs.items():
+        past = stopped_at[run_id]
+        wait_until(lambda: reported_live(run_id, past), 240, f"run {run_id} resumed", 0.5)  # noqa: B023
+        assert events(run_id, "started")[-1].data["resume"] is True
+        done = iterations(run_id)
+        assert done == list(range(1, len(done) + 1)) and len(done) > past, (name, past, done)
+        print(f"multi-node: {name}: resumed, live {time.monotonic() - began:.1f} s later")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_placed_runs_run_where_placed_stop_with_a_checkpoint_resume_or_are_refused(cluster, api):
     """The three runs at once: their starts are most of the time."""
@@ -254,18 +272,7 @@ def test_placed_runs_run_where_placed_stop_with_a_checkpoint_resume_or_are_refus
         assert iterations(run_id) == list(range(1, stopped_at[run_id] + 1)), name
         print(f"multi-node: {name}: stopped {seconds_to(stopped, asked)} s after the app's stop")
 
-    resumed_at = time.monotonic()
-    for run_id in runs.values():
-        resumed = api.post(f"/api/v1/runs/{run_id}/resume")
-        assert resumed.status_code == 202, resumed.json()
-        assert resumed.json()["attempt"] == 2
-    for name, run_id in runs.items():
-        past = stopped_at[run_id]
-        wait_until(lambda: reported_live(run_id, past), 240, f"run {run_id} resumed", 0.5)  # noqa: B023
-        assert events(run_id, "started")[-1].data["resume"] is True
-        done = iterations(run_id)  # continued from the checkpoint: no gap, nothing redone
-        assert done == list(range(1, len(done) + 1)) and len(done) > past, (name, past, done)
-        print(f"multi-node: {name}: resumed, live {time.monotonic() - resumed_at:.1f} s later")
+    resume_all(api, runs, stopped_at, attempt=2)
 
     # Stop through the API: the trainers save a checkpoint the same way and say `stopped`
     # (a cancelled run takes its trainer's reports until its job ends), nothing of theirs
@@ -283,16 +290,8 @@ def test_placed_runs_run_where_placed_stop_with_a_checkpoint_resume_or_are_refus
         assert checkpoint_of(run_id, stopped_at[run_id]).exists(), name
         assert iterations(run_id) == list(range(1, stopped_at[run_id] + 1)), name
         print(f"multi-node: {name}: cancel to `stopped` {seconds_to(stopped, asked)} s")
+    resume_all(api, runs, stopped_at, attempt=3)
     for run_id in runs.values():
-        wait_until(lambda: Run.objects.get(pk=run_id).job_ended, 60, "the job seen ended")  # noqa: B023
-        resumed = api.post(f"/api/v1/runs/{run_id}/resume")
-        assert resumed.status_code == 202, resumed.json()
-        assert resumed.json()["attempt"] == 3
-    for name, run_id in runs.items():
-        past = stopped_at[run_id]
-        wait_until(lambda: reported_live(run_id, past), 240, f"run {run_id} resumed", 0.5)  # noqa: B023
-        done = iterations(run_id)
-        assert done == list(range(1, len(done) + 1)) and len(done) > past, (name, past, done)
         assert api.post(f"/api/v1/runs/{run_id}/cancel").status_code == 202
     for run_id in runs.values():
         wait_for(run_id, {"cancelled"}, 60)

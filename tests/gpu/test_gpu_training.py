@@ -176,6 +176,20 @@ def test_an_rlpd_checkpoint_from_the_gpu_resumes_on_the_cpu(tmp_path):
     assert resumed.algorithm.online.fields["obs"].device.type == "cpu"
 
 
+def two_ranks(script: str, timeout_s: float) -> list[str]:
+    """What `script` prints as rank 0 and rank 1 of a group rendezvousing on a free port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", script, str(rank), str(port)], env=env,
+                         stdout=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]  # fmt: skip
+    return [rank.communicate(timeout=timeout_s)[0].strip() for rank in ranks]
+
+
 NCCL_RANK = """
 import sys, torch
 from trainer.algorithms.collective import TorchCollective
@@ -191,16 +205,7 @@ group.close()
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="a NCCL group needs two GPUs")
 def test_two_ranks_sum_on_their_gpus_with_nccl_and_count_on_the_cpu():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    ranks = [
-        subprocess.Popen([sys.executable, "-c", NCCL_RANK, str(rank), str(port)], env=env,
-                         stdout=subprocess.PIPE, text=True)
-        for rank in range(2)
-    ]  # fmt: skip
-    outputs = [rank.communicate(timeout=120)[0].strip() for rank in ranks]
+    outputs = two_ranks(NCCL_RANK, timeout_s=120)
     assert outputs == ["[3.0, 3.0, 3.0] 3.0 True"] * 2
 
 
@@ -231,14 +236,5 @@ group.close()
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="FSDP over NCCL needs two GPUs")
 def test_fsdp_shards_a_ppo_update_over_two_gpus():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    ranks = [
-        subprocess.Popen([sys.executable, "-c", FSDP_RANK, str(rank), str(port)], env=env,
-                         stdout=subprocess.PIPE, text=True)
-        for rank in range(2)
-    ]  # fmt: skip
-    outputs = [rank.communicate(timeout=180)[0].strip() for rank in ranks]
+    outputs = two_ranks(FSDP_RANK, timeout_s=180)
     assert outputs[0] == outputs[1] and outputs[0].endswith(" 32"), outputs  # 64 rows, halved
