@@ -20,6 +20,9 @@ from trainer.runner.rlpd_runner import RLPDRunner
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples/builtin_rlpd.yaml"
 QUIET = ["runner.progress=false", "env.interventions.source=none"]
+# Each learning test trains twice on the CPU (about a minute alone); beside the rest of the
+# suite on two cores it has taken over five, so the hang guard is wider than the default.
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
