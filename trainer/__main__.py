@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "trainer.cluster.cli",
     "trainer.commands.run",
     "trainer.commands.evaluate",
+    "trainer.commands.tiny_vla",
     "trainer.runtime.discover_cli",
 )
 

@@ -140,7 +140,7 @@ class OnPolicyAlgorithm(ABC):
         self.sharded = False
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        params = list(self.policy.parameters())
+        params = [p for p in self.policy.parameters() if p.requires_grad]
         params += list(self.critic.parameters()) if self.critic is not None else []
         # One multi-tensor kernel per step instead of a loop over parameters (the CPU's
         # default loop costs ~5% of a small-MLP update); fused on a GPU.
@@ -379,7 +379,9 @@ class OnPolicyAlgorithm(ABC):
         metrics["losses/early_stopped"] = float(early_stopped)
         if self.sharded:
             self._refresh_acting()
-        metrics["policy/std"] = self.acting_policy.log_std.detach().exp().mean().item()
+        log_std = getattr(self.acting_policy, "log_std", None)  # a Gaussian plan's
+        if log_std is not None:
+            metrics["policy/std"] = log_std.detach().exp().mean().item()
         return metrics
 
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:

@@ -165,6 +165,15 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("actor", "strategy"),
             )
         )
+    if config.actor.model.kind == "vla" and algorithm.name in ("ppo", "rlpd"):
+        problems.append(
+            ConfigIssue(
+                "algorithm.name",
+                f"a vla has no value head or Q-critic yet: train it with grpo or rloo, "
+                f"not {algorithm.name}",
+                ("algorithm", "name"),
+            )
+        )
     if algorithm.use_plan_reward and algorithm.plan_reward_coef == 0:
         problems.append(
             ConfigIssue(

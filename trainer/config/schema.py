@@ -93,7 +93,13 @@ class EnvConfig(Section):
     )
     camera: bool = Field(
         False,
-        description="Image observations instead of state (LIBERO; the built-in env is state-only).",
+        description="Image observations instead of state (LIBERO). A vla model gets "
+        "images, proprio and the instruction whatever this says.",
+    )
+    image_size: PositiveInt | None = Field(
+        None,
+        description="Camera images' side in pixels (LIBERO's camera; the built-in env's "
+        "view for a VLA); null: the env's default (128 LIBERO, 64 built-in).",
     )
     physics_substeps: PositiveInt = Field(
         1,
@@ -126,9 +132,50 @@ class EnvConfig(Section):
         return data
 
 
+class LoraConfig(Section):
+    rank: PositiveInt = Field(16, description="LoRA rank of each adapted layer.")
+    alpha: float = Field(32.0, gt=0, description="LoRA scale numerator (scale = alpha / rank).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA branch.")
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="Names of the backbone's linear layers that get adapters (peft's "
+        "target_modules).",
+    )
+
+
 class ModelConfig(Section):
-    kind: Literal["mlp", "cnn"] = Field(
-        "mlp", description="Encoder: mlp (state) or cnn (images [C, H, W])."
+    kind: Literal["mlp", "cnn", "vla"] = Field(
+        "mlp",
+        description="mlp (state), cnn (images [C, H, W]) or vla (a vision-language model "
+        "from `path`, given the env's camera images, proprio and the task's instruction).",
+    )
+    path: str | None = Field(
+        None,
+        description="VLA: the base model folder (a transformers `save_pretrained` output "
+        "with its processor); read offline, never downloaded.",
+    )
+    build_tiny: bool = Field(
+        False,
+        description="VLA: when `path` holds no model yet, first write a tiny random one "
+        "there, fitted to the env's instructions (what `python -m trainer tiny-vla` "
+        "writes; for tests and CPU demos).",
+    )
+    num_bins: int = Field(
+        256, ge=2, le=4096, description="VLA: discrete bins per action dim (action tokens)."
+    )
+    action_bounds: list[float] = Field(
+        [-1.0, 1.0],
+        min_length=2,
+        max_length=2,
+        description="VLA: the [low, high] range the bins split, per action dim.",
+    )
+    lora: LoraConfig | None = Field(
+        None, description="VLA: train LoRA adapters (peft) instead of the whole backbone."
+    )
+    freeze_vision: bool = Field(False, description="VLA: keep the vision tower's weights fixed.")
+    gradient_checkpointing: bool = Field(
+        False, description="VLA: recompute the backbone's activations in backward (less memory)."
     )
     num_action_chunks: PositiveInt = Field(5, description="Actions sent per env step.")
     action_dim: PositiveInt = Field(
@@ -144,6 +191,15 @@ class ModelConfig(Section):
         "CPU tanh.",
     )
     init_log_std: float = Field(0.0, description="Initial log std of the Gaussian plan.")
+
+    @model_validator(mode="after")
+    def _vla_has_a_folder(self) -> ModelConfig:
+        if self.kind == "vla" and not self.path:
+            raise ValueError("a vla model needs `path`: its base model folder")
+        low, high = self.action_bounds
+        if low >= high:
+            raise ValueError(f"action_bounds needs low < high, got [{low}, {high}]")
+        return self
 
 
 class ActorConfig(Section):

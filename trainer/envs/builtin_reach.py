@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from trainer.envs.vector_env import EnvStep, VectorEnv
+from trainer.envs.vision_language import VisionLanguageSpec
 
 MARKER_COLOURS = ("red", "green", "blue")
 MARKER_RGB = ((220, 50, 50), (50, 190, 70), (60, 90, 230))  # how render() draws them
@@ -40,6 +41,12 @@ TASK_NAMES = tuple(f"reach_{c}" for c in MARKER_COLOURS) + tuple(
 ACTION_DIM = 7
 NUM_MARKERS = len(MARKER_COLOURS)
 INIT_STATE_DIM = 3 + 3 * NUM_MARKERS  # effector position, then the three markers
+# What a vision-language-action policy is told, one sentence per task.
+INSTRUCTIONS = tuple(f"reach the {c} marker with the gripper open" for c in MARKER_COLOURS) + tuple(
+    f"grasp the {c} marker with the gripper closed" for c in MARKER_COLOURS
+)
+PROPRIO_DIM = 4  # effector position and gripper (1 closed)
+DEFAULT_IMAGE_SIZE = 64
 
 
 class BuiltinReachEnv(VectorEnv):
@@ -56,13 +63,18 @@ class BuiltinReachEnv(VectorEnv):
         camera: bool = False,
         suite: str | None = None,
         physics_substeps: int = 1,
+        vision_language: bool = False,
+        image_size: int = DEFAULT_IMAGE_SIZE,
     ) -> None:
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
         if physics_substeps < 1:
             raise ValueError(f"physics_substeps must be at least 1, not {physics_substeps}")
         if camera:
-            raise ValueError("the built-in env is state-only: it has no camera")
+            raise ValueError(
+                "the built-in env has no camera-only observations: a VLA policy gets its "
+                "rendered view with the task's instruction (actor.model.kind: vla)"
+            )
         if suite is not None:
             raise ValueError(f"the built-in env has no suites (got suite {suite!r})")
         self.num_envs = num_envs
@@ -73,6 +85,16 @@ class BuiltinReachEnv(VectorEnv):
         self.step_size = step_size
         self.physics_substeps = physics_substeps
         self.obs_shape = (3 + 1 + 3 * NUM_MARKERS + self.num_tasks,)
+        if vision_language:
+            if image_size < 8:
+                raise ValueError(f"image_size must be at least 8 pixels, not {image_size}")
+            self.vision_language = VisionLanguageSpec(
+                image_shape=(3, image_size, image_size),
+                num_images=1,
+                proprio_dim=PROPRIO_DIM,
+                instructions=INSTRUCTIONS,
+            )
+            self.obs_shape = (self.vision_language.row_size,)
         self._init_state_sets = [
             _make_init_states(seed, task_id, init_states_per_task)
             for task_id in range(self.num_tasks)
@@ -162,29 +184,34 @@ class BuiltinReachEnv(VectorEnv):
         is closed, a ring while open); a disc's size grows with its height."""
         if not 0 <= copy < self.num_envs:
             raise ValueError(f"copy {copy} is not in 0..{self.num_envs - 1}")
-        frame = torch.full((size, size, 3), 40, dtype=torch.uint8)
-        rows = torch.arange(size).view(-1, 1).float()
-        cols = torch.arange(size).view(1, -1).float()
+        return self._frames(torch.tensor([copy]), size)[0]
 
-        def disc(position: torch.Tensor, colour: tuple[int, int, int], ring: bool = False):
-            x, y, z = position.tolist()
-            centre_col = (x + 1) / 2 * (size - 1)
-            centre_row = (1 - y) / 2 * (size - 1)  # y up
-            radius = size * (0.05 + 0.02 * z)
+    def _frames(self, copies: torch.Tensor, size: int) -> torch.Tensor:
+        """`render` for several copies at once, `[n, size, size, 3]` uint8: the same
+        pictures in one batch of tensor ops (the rollout draws every copy each step)."""
+        count = copies.shape[0]
+        frame = torch.full((count, size, size, 3), 40, dtype=torch.uint8)
+        rows = torch.arange(size).view(1, -1, 1).float()
+        cols = torch.arange(size).view(1, 1, -1).float()
+
+        def disc(position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            centre_col = ((position[:, 0] + 1) / 2 * (size - 1)).view(-1, 1, 1)
+            centre_row = ((1 - position[:, 1]) / 2 * (size - 1)).view(-1, 1, 1)  # y up
+            radius = (size * (0.05 + 0.02 * position[:, 2])).view(-1, 1, 1)
             distance = ((rows - centre_row) ** 2 + (cols - centre_col) ** 2).sqrt()
-            inside = distance <= radius
-            if ring:
-                inside &= distance >= radius * 0.6
-            frame[inside] = torch.tensor(colour, dtype=torch.uint8)
             return distance, radius
 
         goal = self._task_id % NUM_MARKERS
+        white = torch.tensor((255, 255, 255), dtype=torch.uint8)
         for marker, colour in enumerate(MARKER_RGB):
-            distance, radius = disc(self._markers[copy, marker], colour)
+            distance, radius = disc(self._markers[copies, marker])
+            frame[distance <= radius] = torch.tensor(colour, dtype=torch.uint8)
             if marker == goal:
-                outline = (distance > radius) & (distance <= radius * 1.3)
-                frame[outline] = torch.tensor((255, 255, 255), dtype=torch.uint8)
-        disc(self._effector[copy], (240, 240, 240), ring=not bool(self._gripper_closed[copy]))
+                frame[(distance > radius) & (distance <= radius * 1.3)] = white
+        distance, radius = disc(self._effector[copies])
+        open_ring = ~self._gripper_closed[copies].view(-1, 1, 1)
+        inside = (distance <= radius) & ~(open_ring & (distance < radius * 0.6))
+        frame[inside] = torch.tensor((240, 240, 240), dtype=torch.uint8)
         return frame
 
     def _move(
@@ -212,6 +239,16 @@ class BuiltinReachEnv(VectorEnv):
         self._elapsed[which] = 0
 
     def _observe(self) -> torch.Tensor:
+        if self.vision_language is not None:
+            spec = self.vision_language
+            everyone = torch.arange(self.num_envs)
+            images = self._frames(everyone, spec.image_shape[1]).permute(0, 3, 1, 2)
+            proprio = torch.cat([self._effector, self._gripper_closed.float()[:, None]], dim=1)
+            task_ids = torch.full((self.num_envs,), self._task_id)
+            return spec.pack(images[:, None], proprio, task_ids)
+        return self._state()
+
+    def _state(self) -> torch.Tensor:
         """``[effector, gripper, goal - effector, other markers - effector, task one-hot]``.
 
         The goal marker comes first, the way a language instruction names the object

@@ -52,6 +52,7 @@ class InterventionEnv(VectorEnv):
         self.env, self.source = env, source
         self.num_envs, self.num_tasks = env.num_envs, env.num_tasks
         self.obs_shape, self.action_dim = env.obs_shape, env.action_dim
+        self.vision_language = env.vision_language
         self.max_episode_steps = env.max_episode_steps
         self.obs: torch.Tensor | None = None
         self.episode_step = torch.zeros(env.num_envs, dtype=torch.long)

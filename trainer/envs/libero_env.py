@@ -67,9 +67,15 @@ class LiberoVectorEnv(VectorEnv):
         num_settle_steps: int = 10,
         init_states_per_task: int = NUM_INIT_STATES,
         seed: int = 0,
+        vision_language: bool = False,
     ) -> None:
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
+        if vision_language:
+            raise ValueError(
+                "LIBERO does not yet give a VLA policy its cameras and instruction: "
+                "use the built-in env for actor.model.kind: vla"
+            )
         if suite not in LIBERO_SUITE_MAX_STEPS:
             raise ValueError(
                 f"unknown LIBERO suite {suite!r}; use one of {', '.join(LIBERO_SUITE_MAX_STEPS)}"

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
+from trainer.envs.vision_language import VisionLanguageSpec
 
 
 def env_facts(env: VectorEnv) -> dict[str, Any]:
@@ -25,6 +26,7 @@ def env_facts(env: VectorEnv) -> dict[str, Any]:
         "action_dim": env.action_dim,
         "max_episode_steps": env.max_episode_steps,
         "task_names": [env.task_name(task) for task in range(env.num_tasks)],
+        "vision_language": env.vision_language.to_json() if env.vision_language else None,
     }
 
 
@@ -49,6 +51,8 @@ class ShardedVectorEnv(VectorEnv):
         self.action_dim = facts["action_dim"]
         self.max_episode_steps = facts["max_episode_steps"]
         self._task_names = facts["task_names"]
+        if facts["vision_language"] is not None:
+            self.vision_language = VisionLanguageSpec.from_json(facts["vision_language"])
         self._init_states: dict[int, torch.Tensor] = {}
 
     def init_states(self, task_id: int) -> torch.Tensor:

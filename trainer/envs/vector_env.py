@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.envs.vision_language import VisionLanguageSpec
+
 
 @dataclass(frozen=True)
 class EnvStep:
@@ -73,6 +75,9 @@ class VectorEnv(ABC):
     obs_shape: tuple[int, ...]
     action_dim: int
     max_episode_steps: int
+    # Set by an env whose observations are packed images, proprio and task id for a
+    # vision-language-action policy (trainer.envs.vision_language).
+    vision_language: VisionLanguageSpec | None = None
 
     @abstractmethod
     def init_states(self, task_id: int) -> torch.Tensor:

@@ -15,9 +15,11 @@ from trainer.devices import enable_fast_matmul, local_rank, resolve_device
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
+from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.link.environment import Link
 from trainer.models.critic import ValueCritic
 from trainer.models.encoders import build_encoder
+from trainer.models.interface import ChunkedPolicy
 from trainer.models.policy import GaussianChunkPolicy
 from trainer.runner.interventions import with_interventions
 
@@ -84,6 +86,10 @@ def env_options(config: ExperimentConfig) -> dict[str, Any]:
         only_some["suite"] = config.env.suite
     if config.env.physics_substeps != 1:
         only_some["physics_substeps"] = config.env.physics_substeps
+    if config.env.image_size is not None:
+        only_some["image_size"] = config.env.image_size
+    if config.actor.model.kind == "vla":
+        only_some["vision_language"] = True
     return {
         "max_episode_steps": config.env.max_episode_steps,
         "init_states_per_task": config.env.init_states_per_task,
@@ -106,11 +112,26 @@ def copies_per_rank(config: ExperimentConfig) -> int:
 
 
 def build_policy(
-    config: ExperimentConfig, obs_shape: tuple[int, ...], env_action_dim: int
-) -> GaussianChunkPolicy:
+    config: ExperimentConfig,
+    obs_shape: tuple[int, ...],
+    env_action_dim: int,
+    vision_language: VisionLanguageSpec | None = None,
+) -> ChunkedPolicy:
     """The config's policy for an env's observations and actions (the rank's, or its
-    rollout worker's copy)."""
+    rollout worker's copy); a VLA needs the env's `vision_language` facts."""
     model = config.actor.model
+    max_horizon = max(config.rollout.action_horizons_pattern)
+    if model.kind == "vla":
+        if vision_language is None:
+            raise ConfigError.single(
+                "actor.model.kind", f"{config.env.name} gives no images and instructions for a vla"
+            )
+        from trainer.models.vla import ModelFolderError, build_vla_policy
+
+        try:
+            return build_vla_policy(model, vision_language, env_action_dim, max_horizon)
+        except ModelFolderError as error:
+            raise ConfigError.single("actor.model.path", str(error)) from None
     try:
         encoder = build_encoder(model.kind, obs_shape, tuple(model.hidden_sizes), model.activation)
     except ValueError as error:
@@ -119,7 +140,7 @@ def build_policy(
         encoder,
         action_dim=model.action_dim,
         env_action_dim=env_action_dim,
-        max_horizon=max(config.rollout.action_horizons_pattern),
+        max_horizon=max_horizon,
         init_log_std=model.init_log_std,
     )
 
@@ -152,7 +173,7 @@ def build_components(
     problems = _env_problems(config, env)
     if problems:
         raise ConfigError(problems)
-    policy = build_policy(config, env.obs_shape, env.action_dim)
+    policy = build_policy(config, env.obs_shape, env.action_dim, env.vision_language)
     critic = None
     if algorithm_config.name == "ppo":
         critic_hidden = tuple(config.critic.hidden_sizes)

@@ -164,7 +164,12 @@ class ActorRank:
             from trainer.runtime.rollout_workers import RemoteDecider
 
             runner_env = self.runner.env
-            prepared = rollout_worker.prepare.remote(runner_env.obs_shape, runner_env.action_dim)
+            vision_language = runner_env.vision_language
+            prepared = rollout_worker.prepare.remote(
+                runner_env.obs_shape,
+                runner_env.action_dim,
+                vision_language.to_json() if vision_language else None,
+            )
             report = ProcessReport(**ray.get(prepared, timeout=JOIN_TIMEOUT_S))
             self.runner.algorithm.decider = RemoteDecider(rollout_worker, report)
             reports.append(report)

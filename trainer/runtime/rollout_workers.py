@@ -45,14 +45,21 @@ class RolloutWorker:
         self.cache: PlanCache | None = None
         self.device = torch.device("cpu")  # prepare() resolves actor.device
 
-    def prepare(self, obs_shape: tuple[int, ...], env_action_dim: int) -> dict[str, Any]:
-        """Build the policy for the rank's env, on this process's `actor.device`; where
-        this process is, for the run page."""
+    def prepare(
+        self,
+        obs_shape: tuple[int, ...],
+        env_action_dim: int,
+        vision_language: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Build the policy for the rank's env (its `VisionLanguageSpec`, as JSON, for a
+        VLA), on this process's `actor.device`; where this process is, for the run page."""
         from trainer.devices import describe_device
+        from trainer.envs.vision_language import VisionLanguageSpec
         from trainer.runner.build import build_policy, compute_device
 
         self.device = compute_device(self.config)
-        self.policy = build_policy(self.config, tuple(obs_shape), env_action_dim)
+        spec = VisionLanguageSpec.from_json(vision_language) if vision_language else None
+        self.policy = build_policy(self.config, tuple(obs_shape), env_action_dim, spec)
         self.policy.to(self.device).eval()
         node_ip = ray.util.get_node_ip_address()
         device = describe_device(self.device)

@@ -1,0 +1,193 @@
+"""The VLA policy on a tiny PaliGemma saved the way a user's checkpoint folder is: exact
+log-probs through the chunked contract, action tokens, the processor's preprocessing as
+tensor work, LoRA and a frozen vision tower, folder errors, and GRPO end to end."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.commands.tiny_vla import instructions
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
+from trainer.envs.builtin_reach import INSTRUCTIONS, BuiltinReachEnv
+from trainer.models.vla import ActionBins, VLAChunkPolicy
+from trainer.models.vla.folder import load_folder
+from trainer.models.vla.tiny import build_tiny_vla
+from trainer.runner.build import build_policy
+from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
+from trainer.runner.on_policy_runner import OnPolicyRunner
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples/builtin_vla.yaml"
+IMAGE = 32  # pixels: small, and still four image tokens per picture
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("models") / "tiny-vla"
+    return build_tiny_vla(folder, instructions("builtin_reach", IMAGE), image_size=IMAGE)
+
+
+def vla_config(tiny: Path, tmp_path: Path, *overrides: str):
+    return load_config(
+        EXAMPLE,
+        [f"actor.model.path={tiny}", "actor.model.build_tiny=false", f"env.image_size={IMAGE}",
+         f"runner.output_dir={tmp_path}", "runner.progress=false", *overrides],
+    )  # fmt: skip
+
+
+def policy_and_obs(config, copies: int = 6, task: int = 3):
+    env = BuiltinReachEnv(copies, vision_language=True, image_size=IMAGE)
+    obs = env.reset(task, env.init_states(task)[:copies])
+    policy = build_policy(config, env.obs_shape, env.action_dim, env.vision_language)
+    return policy, obs
+
+
+def test_the_env_packs_its_view_proprio_and_task_and_the_view_is_what_the_console_sees():
+    env = BuiltinReachEnv(3, vision_language=True, image_size=IMAGE)
+    obs = env.reset(4, env.init_states(4)[:3])
+    spec = env.vision_language
+    assert spec.instructions == INSTRUCTIONS and INSTRUCTIONS[4] == (
+        "grasp the green marker with the gripper closed"
+    )
+    images, proprio, tasks = spec.unpack(obs)
+    assert images.shape == (3, 1, 3, IMAGE, IMAGE) and tasks.tolist() == [4, 4, 4]
+    for copy in range(3):
+        frame = env.render(copy, size=IMAGE).permute(2, 0, 1).float() / 255
+        assert torch.equal(images[copy, 0], frame)
+        assert torch.equal(proprio[copy, :3], env._effector[copy])
+    # Split over worker processes, the env still tells the policy its layout.
+    from trainer.envs.registry import make_vector_env
+
+    split = make_vector_env(
+        "builtin_reach", num_envs=4, num_workers=2, vision_language=True, image_size=IMAGE
+    )
+    try:
+        assert split.vision_language == spec and split.obs_shape == env.obs_shape
+    finally:
+        split.close()
+
+
+def test_sampled_log_probs_equal_the_recomputed_ones_for_every_chunk_and_horizon(tiny, tmp_path):
+    config = vla_config(tiny, tmp_path, "rollout.action_horizons_pattern=[5,10,15]")
+    policy, obs = policy_and_obs(config)
+    assert isinstance(policy, VLAChunkPolicy) and policy.max_horizon == 15
+    horizons = torch.tensor([5, 10, 15, 5, 10, 15])
+    torch.manual_seed(0)
+    _, sampled = policy.sample_plan(obs, horizons, chunk=5)
+    # A fresh head is near uniform over the 256 bins: exploration over the whole range.
+    assert sampled.mean().item() == pytest.approx(5 * 7 * -np.log(256), rel=0.01)
+    for steps, deterministic in ((15, False), (10, False), (15, True)):
+        plan, log_probs = policy.sample_plan(obs, horizons, deterministic, steps=steps, chunk=5)
+        assert plan.shape == (6, steps, 7) and log_probs.shape == (6, steps // 5)
+        # Every action is a bin centre inside the bounds.
+        bins = policy.bins
+        assert plan.abs().max() < 1 and torch.equal(bins.actions(bins.tokens(plan)), plan)
+        for start in range(0, steps, 5):
+            offsets = torch.full((6,), start)
+            recomputed, entropy = policy.chunk_log_prob(
+                obs, horizons, offsets, plan[:, start : start + 5]
+            )
+            torch.testing.assert_close(recomputed, log_probs[:, start // 5], rtol=0, atol=1e-4)
+            assert (entropy > 0).all() and recomputed.requires_grad
+
+
+def test_bins_map_centres_to_their_own_tokens_and_clamp_outside_the_range():
+    bins = ActionBins(4, [-1.0, 0.0], [1.0, 2.0])
+    tokens = torch.tensor([[0, 3], [2, 1]])
+    assert bins.actions(tokens).tolist() == [[-0.75, 1.75], [0.25, 0.75]]
+    assert torch.equal(bins.tokens(bins.actions(tokens)), tokens)
+    assert bins.tokens(torch.tensor([[-5.0, 9.0]])).tolist() == [[0, 3]]
+    assert "bins" in str(pytest.raises(ValueError, ActionBins, 1, [0.0], [1.0]).value)
+    assert "low < high" in str(pytest.raises(ValueError, ActionBins, 8, [1.0], [1.0]).value)
+
+
+def test_images_are_preprocessed_in_one_batch_exactly_as_the_processor_does(tiny, tmp_path):
+    policy, _ = policy_and_obs(vla_config(tiny, tmp_path))
+    _, processor = load_folder(tiny)
+    pictures = torch.randint(0, 256, (3, IMAGE, IMAGE, 3), dtype=torch.uint8)
+    expected = processor.image_processor(images=list(pictures.numpy()), return_tensors="pt")[
+        "pixel_values"
+    ]
+    ours = policy.pixel_values(pictures.permute(0, 3, 1, 2).float().div(255)[:, None])
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
+
+
+def test_lora_trains_adapters_and_heads_and_a_frozen_tower_stays_fixed(tiny, tmp_path):
+    config = vla_config(
+        tiny, tmp_path, "actor.model.lora.rank=4", "actor.model.lora.target_modules=[q_proj,v_proj]"
+    )
+    policy, obs = policy_and_obs(config)
+    trainable = {name for name, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and all(
+        "lora_" in name or not name.startswith("backbone.") for name in trainable
+    )
+    assert any("lora_" in name for name in trainable)
+    assert 0 < policy.trainable_parameters() < sum(p.numel() for p in policy.parameters()) / 2
+    full = policy_and_obs(vla_config(tiny, tmp_path / "f", "actor.model.freeze_vision=true"))[0]
+    frozen = [n for n, p in full.named_parameters() if not p.requires_grad]
+    assert frozen and all("vision_tower" in name for name in frozen)
+    # Gradients reach the adapters through the decoder.
+    plan, _ = policy.sample_plan(obs, torch.full((6,), 5), chunk=5)
+    log_prob, _ = policy.chunk_log_prob(obs, torch.full((6,), 5), torch.zeros(6), plan[:, :5])
+    log_prob.sum().backward()
+    lora_grads = [p.grad for n, p in policy.named_parameters() if "lora_B" in n]
+    assert lora_grads and all(g is not None and g.abs().sum() > 0 for g in lora_grads)
+
+
+def test_a_missing_or_incomplete_model_folder_is_a_config_error_naming_it(tiny, tmp_path):
+    absent = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=f"actor.model.path.*{absent} is not a folder"):
+        policy_and_obs(vla_config(absent, tmp_path))
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "config.json").write_text((tiny / "config.json").read_text())
+    with pytest.raises(ConfigError) as error:
+        policy_and_obs(vla_config(partial, tmp_path))
+    message = str(error.value)
+    assert "the weights (model.safetensors or" in message and "the tokenizer" in message
+    assert "the model's config" not in message
+    with pytest.raises(ConfigError, match="a vla model needs `path`"):
+        load_config(EXAMPLE, ["actor.model.path=null"])
+    with pytest.raises(ConfigError, match="train it with grpo or rloo, not ppo"):
+        load_config(EXAMPLE, ["algorithm.name=ppo", "algorithm.group_size=1"])
+
+
+def test_grpo_trains_the_vla_from_the_example_and_resumes_from_its_checkpoint(tiny, tmp_path):
+    config = vla_config(tiny, tmp_path, "runner.iterations=2", "runner.checkpoint_every=2")
+    runner = OnPolicyRunner(config)
+    before = {n: p.detach().clone() for n, p in runner.algorithm.policy.named_parameters()}
+    runner.learn()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == [1, 2]
+    assert all(np.isfinite(row["losses/policy_loss"]) and row["losses/updates"] > 0 for row in rows)
+    after = dict(runner.algorithm.policy.named_parameters())
+    changed = [n for n, p in after.items() if not torch.equal(p.detach(), before[n])]
+    assert any(n.startswith("action_head") for n in changed)
+    assert any(n.startswith("backbone.") for n in changed)
+    checkpoint = latest_checkpoint(tmp_path / "checkpoints")
+    state = load_checkpoint(checkpoint)
+    assert state["iteration"] == 2
+    resumed = OnPolicyRunner(vla_config(tiny, tmp_path, "runner.iterations=3"))
+    resumed.learn(resume=True)
+    assert resumed.iteration == 3
+
+
+def test_the_example_runs_from_the_cli_building_its_tiny_model_on_first_use(tmp_path):
+    folder = tmp_path / "models/tiny"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "run", str(EXAMPLE), "runner.iterations=1",
+         f"runner.output_dir={tmp_path / 'run'}", f"actor.model.path={folder}",
+         f"env.image_size={IMAGE}", "runner.progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert (tmp_path / "run/metrics.jsonl").read_text().count("\n") == 1

@@ -1,0 +1,186 @@
+"""A vision-language model as a chunked policy: images and the task's instruction in,
+a plan of discrete action tokens out, with exact log-probs (``ChunkedPolicy``).
+
+One forward reads ``[image tokens, instruction tokens, plan queries]`` through the
+backbone's decoder. The queries are ``max_horizon x action_dim`` learned embeddings
+(plus one for the plan's horizon); the decoder's output at each query is one action
+token's logits over ``num_bins`` bins, so the whole plan is decoded in parallel, as in
+OpenVLA-OFT. The tokens of a plan are independent given the prompt, so a chunk's
+log-prob is the sum of its tokens' and is recomputed exactly by the same forward.
+
+The backbone comes through transformers' Auto classes; what is used of it is what
+image-text-to-text families share: the input embeddings, ``get_image_features`` (one
+feature per image token), the decoder, and the processor's tokenizer and image settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.envs.vision_language import VisionLanguageSpec
+from trainer.models.vla.action_bins import ActionBins
+
+# Where families keep their vision tower, for `freeze_vision`.
+VISION_TOWER_NAMES = ("vision_tower", "vision_model", "visual")
+
+
+class VLAChunkPolicy(nn.Module):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        processor: Any,
+        spec: VisionLanguageSpec,
+        bins: ActionBins,
+        action_dim: int,
+        env_action_dim: int,
+        max_horizon: int,
+    ) -> None:
+        super().__init__()
+        if env_action_dim > action_dim:
+            raise ValueError(
+                f"the model predicts {action_dim} action dims but the env needs {env_action_dim}"
+            )
+        self.backbone = backbone
+        self.spec = spec
+        self.bins = bins
+        self.action_dim, self.env_action_dim = action_dim, env_action_dim
+        self.max_horizon = max_horizon
+        self.image_token_id = int(processor.image_token_id)
+        width = backbone.get_input_embeddings().embedding_dim
+        queries = max_horizon * action_dim
+        self.queries = nn.Parameter(torch.randn(queries, width) * 0.02)
+        self.horizon_embedding = nn.Embedding(max_horizon + 1, width)
+        nn.init.normal_(self.horizon_embedding.weight, std=0.02)
+        self.action_head = nn.Linear(width, bins.num_bins)
+        # Near-uniform tokens at first: exploration over the whole action range.
+        nn.init.normal_(self.action_head.weight, std=0.01)
+        nn.init.zeros_(self.action_head.bias)
+        prompt_ids, prompt_mask = _prompt_table(processor, spec)
+        self.register_buffer("prompt_ids", prompt_ids, persistent=False)
+        self.register_buffer("prompt_mask", prompt_mask, persistent=False)
+        settings = processor.image_processor
+        size = settings.size
+        self.pixel_size = (int(size["height"]), int(size["width"]))
+        mean = torch.tensor(settings.image_mean, dtype=torch.float32).view(1, 3, 1, 1)
+        std = torch.tensor(settings.image_std, dtype=torch.float32).view(1, 3, 1, 1)
+        self.register_buffer("pixel_mean", mean, persistent=False)
+        self.register_buffer("pixel_std", std, persistent=False)
+
+    # ----- the forward ---------------------------------------------------------------
+    def pixel_values(self, images: torch.Tensor) -> torch.Tensor:
+        """``[N, k, C, H, W]`` floats in [0, 1] -> the processor's pixel values
+        ``[N * k, C, h, w]``: its resize and normalisation as one batch of tensor ops."""
+        flat = images.flatten(0, 1)
+        if tuple(flat.shape[-2:]) != self.pixel_size:
+            flat = F.interpolate(flat, size=self.pixel_size, mode="bilinear", antialias=True)
+        return (flat - self.pixel_mean) / self.pixel_std
+
+    def plan_logits(self, obs: torch.Tensor, horizons: torch.Tensor) -> torch.Tensor:
+        """``[B, max_horizon, action_dim, num_bins]`` float32 logits of the plan."""
+        images, _proprio, task_ids = self.spec.unpack(obs)
+        ids, mask = self.prompt_ids[task_ids], self.prompt_mask[task_ids]
+        embeddings = self.backbone.get_input_embeddings()(ids)
+        features = self.backbone.get_image_features(pixel_values=self.pixel_values(images))
+        features = getattr(features, "pooler_output", features)
+        image_slots = (ids == self.image_token_id).unsqueeze(-1)
+        embeddings = embeddings.masked_scatter(image_slots, features.to(embeddings.dtype))
+        batch = obs.shape[0]
+        queries = self.queries.unsqueeze(0) + self.horizon_embedding(horizons.long()).unsqueeze(1)
+        inputs = torch.cat([embeddings, queries.to(embeddings.dtype)], dim=1)
+        mask = torch.cat([mask, mask.new_ones(batch, self.queries.shape[0])], dim=1)
+        positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding: real tokens from 0
+        hidden = self.backbone.get_decoder()(
+            inputs_embeds=inputs, attention_mask=mask, position_ids=positions
+        ).last_hidden_state
+        logits = self.action_head(hidden[:, -self.queries.shape[0] :])
+        return logits.float().view(batch, self.max_horizon, self.action_dim, -1)
+
+    # ----- the contract --------------------------------------------------------------
+    @torch.no_grad()
+    def sample_plan(
+        self,
+        obs: torch.Tensor,
+        horizons: torch.Tensor,
+        deterministic: bool = False,
+        steps: int | None = None,
+        chunk: int = 1,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A plan ``[B, steps, action_dim]`` of bin centres and the log-prob of each
+        chunk of ``chunk`` actions over the env's dims ``[B, steps // chunk]``."""
+        log_probs = self.plan_logits(obs, horizons).log_softmax(-1)
+        if steps is not None:
+            log_probs = log_probs[:, :steps]
+        batch, plan_steps = log_probs.shape[:2]
+        if plan_steps % chunk:
+            raise ValueError(f"a plan of {plan_steps} steps does not split into chunks of {chunk}")
+        if deterministic:
+            tokens = log_probs.argmax(-1)
+        else:
+            flat = log_probs.exp().reshape(-1, self.bins.num_bins)
+            tokens = torch.multinomial(flat, 1).view(log_probs.shape[:-1])
+        taken = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)[..., : self.env_action_dim]
+        per_chunk = taken.reshape(batch, plan_steps // chunk, -1).sum(-1)
+        return self.bins.actions(tokens), per_chunk
+
+    def chunk_log_prob(
+        self,
+        plan_obs: torch.Tensor,
+        horizons: torch.Tensor,
+        offsets: torch.Tensor,
+        chunk_actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-prob and entropy, over the env's dims, of the chunk of actions that
+        started at ``offsets`` in the plan made from ``plan_obs``."""
+        chunk = chunk_actions.shape[1]
+        log_probs = self.plan_logits(plan_obs, horizons).log_softmax(-1)
+        if chunk < self.max_horizon:
+            steps = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
+            index = steps[:, :, None, None].expand(-1, -1, *log_probs.shape[2:])
+            log_probs = log_probs.gather(1, index)
+        dims = self.env_action_dim
+        log_probs = log_probs[:, :, :dims]
+        tokens = self.bins.tokens(chunk_actions[..., :dims])
+        taken = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return taken.sum((1, 2)), entropy.sum((1, 2))
+
+    # ----- what trains -----------------------------------------------------------------
+    def freeze_vision(self) -> None:
+        tower = vision_tower(self.backbone)
+        for parameter in tower.parameters():
+            parameter.requires_grad_(False)
+
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def vision_tower(backbone: nn.Module) -> nn.Module:
+    inner = getattr(backbone, "model", backbone)
+    for name in VISION_TOWER_NAMES:
+        tower = getattr(inner, name, None) or getattr(backbone, name, None)
+        if isinstance(tower, nn.Module):
+            return tower
+    raise ValueError(f"found no vision tower ({', '.join(VISION_TOWER_NAMES)}) in the model")
+
+
+def _prompt_table(processor: Any, spec: VisionLanguageSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each task's prompt as the processor builds it (image tokens, then the
+    instruction), left-padded to one length: ``[num_tasks, L]`` ids and mask. Built once;
+    a rollout indexes it by task id."""
+    import numpy as np
+
+    blank = np.zeros((*spec.image_shape[1:], spec.image_shape[0]), dtype=np.uint8)
+    images = [[blank] * spec.num_images for _ in spec.instructions]
+    processor.tokenizer.padding_side = "left"
+    marks = processor.image_token * spec.num_images  # where the images go: first
+    prompts = processor(
+        text=[marks + sentence for sentence in spec.instructions],
+        images=images,
+        padding="longest",
+        return_tensors="pt",
+    )
+    return prompts["input_ids"], prompts["attention_mask"]
