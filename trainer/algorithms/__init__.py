@@ -5,6 +5,7 @@ from trainer.algorithms.advantages import (
     group_normalized_advantages,
     leave_one_out_advantages,
 )
+from trainer.algorithms.behaviour_cloning import BehaviourCloning
 from trainer.algorithms.bootstrap import bootstrap_timeouts
 from trainer.algorithms.group_filter import informative_groups
 from trainer.algorithms.grpo import GRPO, RLOO
@@ -13,10 +14,16 @@ from trainer.algorithms.on_policy import OnPolicyAlgorithm, OnPolicySettings
 from trainer.algorithms.plan_reward import plan_reward_bonus
 from trainer.algorithms.ppo import PPO
 
-ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {"ppo": PPO, "grpo": GRPO, "rloo": RLOO}
+ALGORITHMS: dict[str, type[OnPolicyAlgorithm]] = {
+    "ppo": PPO,
+    "grpo": GRPO,
+    "rloo": RLOO,
+    "bc": BehaviourCloning,
+}
 
 __all__ = [
     "ALGORITHMS",
+    "BehaviourCloning",
     "GRPO",
     "PPO",
     "RLOO",

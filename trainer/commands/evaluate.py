@@ -21,15 +21,11 @@ from trainer.envs.vector_env import VectorEnv
 from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
 from trainer.link.reporter import EvalReporter, report_failure, run_link
 from trainer.runner.build import build_components, compute_device
-from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
+from trainer.runner.checkpoints import NoCheckpoint, find_checkpoint, load_checkpoint
 from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
-
-
-class NoCheckpoint(ValueError):
-    pass
 
 
 def add_parser(subcommands: Any) -> argparse.ArgumentParser:
@@ -53,16 +49,6 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output", help="folder for the tables (default: the run folder)")
     parser.set_defaults(handler=main)
     return parser
-
-
-def find_checkpoint(where: Path) -> Path:
-    if where.is_file():
-        return where
-    for folder in (where, where / "checkpoints"):
-        found = latest_checkpoint(folder) if folder.is_dir() else None
-        if found is not None:
-            return found
-    raise NoCheckpoint(f"no checkpoint at {where} (a .pt file, a run folder or its checkpoints)")
 
 
 def requested_tasks(text: str | None) -> list[int] | None:

@@ -174,6 +174,18 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("algorithm", "name"),
             )
         )
+    if algorithm.name == "bc" and not algorithm.bc.demos:
+        problems.append(
+            ConfigIssue(
+                "algorithm.bc.demos",
+                "bc imitates demonstrations: name a demo file",
+                ("algorithm", "bc", "demos"),
+            )
+        )
+    if algorithm.name == "bc" and config.actor.strategy == "fsdp":
+        problems.append(
+            ConfigIssue("actor.strategy", "bc trains with ddp, not fsdp", ("actor", "strategy"))
+        )
     if algorithm.use_plan_reward and algorithm.plan_reward_coef == 0:
         problems.append(
             ConfigIssue(

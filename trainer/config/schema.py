@@ -155,6 +155,11 @@ class ModelConfig(Section):
         description="VLA: the base model folder (a transformers `save_pretrained` output "
         "with its processor); read offline, never downloaded.",
     )
+    init_from: str | None = Field(
+        None,
+        description="A checkpoint (file, run folder or its checkpoints) whose policy "
+        "weights this run starts from, e.g. an SFT run's; its optimizer is not taken.",
+    )
     build_tiny: bool = Field(
         False,
         description="VLA: when `path` holds no model yet, first write a tiny random one "
@@ -341,9 +346,27 @@ class RLPDConfig(Section):
         return self
 
 
+class BCConfig(Section):
+    demos: str | None = Field(
+        None, description="bc: the demo file (trainer/data/demos.py) the policy imitates."
+    )
+    scripted_episodes: int = Field(
+        0,
+        ge=0,
+        description="bc on the built-in env: when `demos` does not exist yet, first record "
+        "this many successful episodes per task of the scripted operator into it.",
+    )
+    batch_size: PositiveInt = Field(32, description="bc: demo rows per update.")
+    updates_per_iteration: PositiveInt = Field(
+        20, description="bc: gradient steps per iteration (its rollouts only measure)."
+    )
+
+
 class AlgorithmConfig(Section):
-    name: Literal["ppo", "grpo", "rloo", "rlpd"] = Field(
-        "ppo", description="ppo, grpo, rloo (on-policy) or rlpd (off-policy, with demos)."
+    name: Literal["ppo", "grpo", "rloo", "rlpd", "bc"] = Field(
+        "ppo",
+        description="ppo, grpo, rloo (on-policy), rlpd (off-policy, with demos) or bc "
+        "(behaviour cloning / SFT on demos).",
     )
     group_size: PositiveInt = Field(1, description="Rollouts per group; at least 2 for GRPO/RLOO.")
     init_states: Literal["per_group", "per_rollout"] = Field(
@@ -373,6 +396,7 @@ class AlgorithmConfig(Section):
     base_h: float = Field(5.0, gt=0, description="Plan reward: the horizon worth coef.")
     reward_filter: RewardFilterConfig = RewardFilterConfig()
     rlpd: RLPDConfig = RLPDConfig()
+    bc: BCConfig = BCConfig()
 
 
 class RunnerConfig(Section):

@@ -248,6 +248,11 @@ class BuiltinReachEnv(VectorEnv):
             return spec.pack(images[:, None], proprio, task_ids)
         return self._state()
 
+    def state_observation(self) -> torch.Tensor:
+        """The state observation whatever the env serves (what the scripted operator
+        steers by when the policy sees images)."""
+        return self._state()
+
     def _state(self) -> torch.Tensor:
         """``[effector, gripper, goal - effector, other markers - effector, task one-hot]``.
 

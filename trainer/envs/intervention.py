@@ -15,6 +15,7 @@ recording use the scripted operator below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple, Protocol
 
@@ -110,10 +111,14 @@ class ScriptedReachOperator:
     (drawn at each episode's start), for at most `max_steps` steps of each."""
 
     def __init__(self, num_envs: int, share: float = 1.0, max_steps: int | None = None,
-                 seed: int = 0, speed: float = 1.0) -> None:  # fmt: skip
+                 seed: int = 0, speed: float = 1.0,
+                 state: Callable[[], torch.Tensor] | None = None) -> None:  # fmt: skip
+        """`state`: where to read the env's state observation when the observations it
+        is given are something else (a VLA's packed images)."""
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"share: must be between 0 and 1, not {share}")
         self.share, self.max_steps, self.speed = share, max_steps, speed
+        self.state = state
         self.generator = torch.Generator().manual_seed(seed)
         self.chosen = torch.zeros(num_envs, dtype=torch.bool)
 
@@ -122,6 +127,8 @@ class ScriptedReachOperator:
         self.chosen = torch.where(done, draw, self.chosen)
 
     def act(self, obs: torch.Tensor, episode_step: torch.Tensor) -> SourceActions:
+        if self.state is not None:
+            obs = self.state()
         to_goal = obs[:, 4:7]  # goal marker minus effector (BuiltinReachEnv._observe)
         task = obs[:, -len(TASK_NAMES) :].argmax(1)  # the task's one-hot comes last
         direction = to_goal / to_goal.norm(dim=1, keepdim=True).clamp_min(1e-6)

@@ -125,6 +125,15 @@ class GaussianChunkPolicy(nn.Module):
         entropy = (chunk * (0.5 + _HALF_LOG_2PI + log_std).sum()).expand(log_prob.shape[0])
         return log_prob, entropy
 
+    def step_log_probs(
+        self, obs: torch.Tensor, horizons: torch.Tensor, plans: torch.Tensor
+    ) -> torch.Tensor:
+        """``[B, max_horizon]``: the log-prob of each step of whole plans ``plans [B,
+        max_horizon, action_dim]`` over the env's dims (behaviour cloning's targets)."""
+        dims = self.env_action_dim
+        mean = self.plan_mean(obs, horizons)[..., :dims]
+        return _log_prob(plans[..., :dims], mean, self.log_std[:dims]).sum(-1)
+
 
 def _log_prob(actions: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
     """Per-dim Gaussian log-density. Written out rather than through torch's ``Normal``

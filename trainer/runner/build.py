@@ -4,6 +4,7 @@ config that only the env can check (task ids, action dims) with key-path errors.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,7 +12,10 @@ import torch
 from trainer.algorithms import ALGORITHMS, OnPolicyAlgorithm, OnPolicySettings
 from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.schema import ExperimentConfig
+from trainer.data.demos import DemoFileError, load_demos, record_demos, save_demos
+from trainer.data.replay import Batch
 from trainer.devices import enable_fast_matmul, local_rank, resolve_device
+from trainer.envs.intervention import ScriptedReachOperator
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
 from trainer.envs.vector_env import VectorEnv
@@ -21,6 +25,7 @@ from trainer.models.critic import ValueCritic
 from trainer.models.encoders import build_encoder
 from trainer.models.interface import ChunkedPolicy
 from trainer.models.policy import GaussianChunkPolicy
+from trainer.runner.checkpoints import NoCheckpoint, find_checkpoint, load_checkpoint
 from trainer.runner.interventions import with_interventions
 
 
@@ -190,4 +195,57 @@ def build_components(
         precision=config.actor.precision,
     )
     task_ids = list(config.env.task_ids) if config.env.task_ids else list(range(env.num_tasks))
+    if model.init_from:
+        start_policy_from(algorithm, Path(model.init_from))
+    if algorithm_config.name == "bc":
+        bc = algorithm_config.bc
+        demos = bc_demos(config, env.obs_shape, task_ids)
+        horizons = list(config.rollout.action_horizons_pattern)
+        algorithm.set_demos(demos, horizons, bc.batch_size, bc.updates_per_iteration)
     return Components(env=env, algorithm=algorithm, task_ids=task_ids)
+
+
+def start_policy_from(algorithm: OnPolicyAlgorithm, where: Path) -> None:
+    """`actor.model.init_from`: the policy weights of another run's checkpoint."""
+    try:
+        path = find_checkpoint(where)
+    except NoCheckpoint as error:
+        raise ConfigError.single("actor.model.init_from", str(error)) from None
+    saved = load_checkpoint(path).get("algorithm", {})
+    if "policy" not in saved:
+        raise ConfigError.single(
+            "actor.model.init_from", f"{path} holds no full policy (a sharded or RLPD checkpoint)"
+        )
+    try:
+        algorithm.policy.load_state_dict(saved["policy"])
+    except RuntimeError as error:
+        message = str(error).splitlines()[0]
+        raise ConfigError.single(
+            "actor.model.init_from", f"{path} is another model's: {message}"
+        ) from None
+    algorithm.policy_version += 1
+
+
+def bc_demos(config: ExperimentConfig, obs_shape: tuple[int, ...], task_ids: list[int]) -> Batch:
+    """The demo file bc imitates; on the built-in env, recorded first by the scripted
+    operator when `scripted_episodes` asks and the file is not there."""
+    bc = config.algorithm.bc
+    assert bc.demos is not None  # the config's consistency rules
+    path = Path(bc.demos)
+    if not path.exists() and bc.scripted_episodes and config.env.name == "builtin_reach":
+        copies = min(bc.scripted_episodes, 64)
+        env = make_vector_env(config.env.name, num_envs=copies, **env_options(config))
+        operator = ScriptedReachOperator(copies, state=env.state_observation)  # type: ignore[attr-defined]
+        rounds = -(-bc.scripted_episodes // copies)
+        save_demos(path, record_demos(env, operator, task_ids, rounds=rounds))
+    try:
+        demos = load_demos(path)
+    except (DemoFileError, FileNotFoundError) as error:
+        raise ConfigError.single("algorithm.bc.demos", str(error)) from None
+    if tuple(demos["obs"].shape[1:]) != tuple(obs_shape):
+        raise ConfigError.single(
+            "algorithm.bc.demos",
+            f"{path} holds observations of shape {tuple(demos['obs'].shape[1:])}, the env "
+            f"gives {tuple(obs_shape)}",
+        )
+    return demos

@@ -48,3 +48,18 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if isinstance(algorithm, dict) and "shards" in algorithm:  # named beside the file
         algorithm["shards"] = str(path.parent / algorithm["shards"])
     return state
+
+
+class NoCheckpoint(ValueError):
+    pass
+
+
+def find_checkpoint(where: Path) -> Path:
+    """A checkpoint file as given, or the latest of a run folder or its checkpoints."""
+    if where.is_file():
+        return where
+    for folder in (where, where / "checkpoints"):
+        found = latest_checkpoint(folder) if folder.is_dir() else None
+        if found is not None:
+            return found
+    raise NoCheckpoint(f"no checkpoint at {where} (a .pt file, a run folder or its checkpoints)")

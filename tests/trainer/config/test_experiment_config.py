@@ -93,7 +93,7 @@ def test_errors_name_their_key_path(tmp_path):
     assert "algorithm.nmae: unknown key" in problems
     assert "env.num_parallel_envs: Input should be greater than 0" in problems
     assert any(
-        p.startswith("algorithm.name: Input should be 'ppo', 'grpo', 'rloo' or 'rlpd'")
+        p.startswith("algorithm.name: Input should be 'ppo', 'grpo', 'rloo', 'rlpd' or 'bc'")
         for p in problems
     )
     assert any(p.startswith("actor.model.hidden_sizes: ") for p in problems)

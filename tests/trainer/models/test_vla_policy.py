@@ -191,3 +191,38 @@ def test_the_example_runs_from_the_cli_building_its_tiny_model_on_first_use(tmp_
     assert result.returncode == 0, result.stderr[-2000:]
     assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
     assert (tmp_path / "run/metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_sft_imitates_scripted_demos_and_grpo_starts_from_its_checkpoint(tiny, tmp_path):
+    demos = tmp_path / "demos.npz"
+    sft = vla_config(
+        tiny, tmp_path / "sft", "algorithm.name=bc", f"algorithm.bc.demos={demos}",
+        "algorithm.bc.scripted_episodes=8", "algorithm.bc.updates_per_iteration=20",
+        "actor.learning_rate=0.001",
+        "algorithm.group_size=1", "algorithm.data_batch_size=4", "runner.iterations=3",
+        "runner.checkpoint_every=3",
+    )  # fmt: skip
+    runner = OnPolicyRunner(sft)
+    history = runner.learn()
+    assert demos.is_file()  # recorded by the scripted operator on first use
+    losses = [row["bc/loss"] for row in history]
+    assert losses[-1] < losses[0] * 0.8 and history[0]["bc/demo_rows"] > 8
+    assert all("rollout/success_rate" in row for row in history)  # rollouts measure it
+    sft_weights = runner.algorithm.policy.state_dict()
+    grpo = OnPolicyRunner(
+        vla_config(tiny, tmp_path / "grpo", f"actor.model.init_from={tmp_path / 'sft'}")
+    )
+    for name, tensor in grpo.algorithm.policy.state_dict().items():
+        assert torch.equal(tensor, sft_weights[name]), name
+    with pytest.raises(ConfigError, match="actor.model.init_from: no checkpoint at"):
+        OnPolicyRunner(vla_config(tiny, tmp_path / "x", f"actor.model.init_from={tmp_path}"))
+    with pytest.raises(ConfigError, match="algorithm.bc.demos: bc imitates demonstrations"):
+        load_config(EXAMPLE, ["algorithm.name=bc"])
+    other = tmp_path / "state_demos.npz"
+    from trainer.data.demos import record_demos, save_demos
+    from trainer.envs.intervention import ScriptedReachOperator
+
+    save_demos(other, record_demos(BuiltinReachEnv(2), ScriptedReachOperator(2), task_ids=[0]))
+    with pytest.raises(ConfigError, match="holds observations of shape \\(19,\\)"):
+        OnPolicyRunner(vla_config(tiny, tmp_path / "y", "algorithm.name=bc",
+                                  f"algorithm.bc.demos={other}"))  # fmt: skip

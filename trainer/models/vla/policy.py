@@ -1,8 +1,8 @@
 """A vision-language model as a chunked policy: images and the task's instruction in,
 a plan of discrete action tokens out, with exact log-probs (``ChunkedPolicy``).
 
-One forward reads ``[image tokens, instruction tokens, plan queries]`` through the
-backbone's decoder. The queries are ``max_horizon x action_dim`` learned embeddings
+One forward reads ``[image tokens, instruction tokens, a proprio token, plan queries]``
+through the backbone's decoder. The queries are ``max_horizon x action_dim`` learned embeddings
 (plus one for the plan's horizon); the decoder's output at each query is one action
 token's logits over ``num_bins`` bins, so the whole plan is decoded in parallel, as in
 OpenVLA-OFT. The tokens of a plan are independent given the prompt, so a chunk's
@@ -55,6 +55,9 @@ class VLAChunkPolicy(nn.Module):
         self.queries = nn.Parameter(torch.randn(queries, width) * 0.02)
         self.horizon_embedding = nn.Embedding(max_horizon + 1, width)
         nn.init.normal_(self.horizon_embedding.weight, std=0.02)
+        # The robot's own state as one more token after the prompt (pi0's state token,
+        # OpenVLA-OFT's proprio projector); none when the env has no proprio.
+        self.proprio_projector = nn.Linear(spec.proprio_dim, width) if spec.proprio_dim else None
         self.action_head = nn.Linear(width, bins.num_bins)
         # Near-uniform tokens at first: exploration over the whole action range.
         nn.init.normal_(self.action_head.weight, std=0.01)
@@ -81,7 +84,7 @@ class VLAChunkPolicy(nn.Module):
 
     def plan_logits(self, obs: torch.Tensor, horizons: torch.Tensor) -> torch.Tensor:
         """``[B, max_horizon, action_dim, num_bins]`` float32 logits of the plan."""
-        images, _proprio, task_ids = self.spec.unpack(obs)
+        images, proprio, task_ids = self.spec.unpack(obs)
         ids, mask = self.prompt_ids[task_ids], self.prompt_mask[task_ids]
         embeddings = self.backbone.get_input_embeddings()(ids)
         features = self.backbone.get_image_features(pixel_values=self.pixel_values(images))
@@ -90,8 +93,12 @@ class VLAChunkPolicy(nn.Module):
         embeddings = embeddings.masked_scatter(image_slots, features.to(embeddings.dtype))
         batch = obs.shape[0]
         queries = self.queries.unsqueeze(0) + self.horizon_embedding(horizons.long()).unsqueeze(1)
-        inputs = torch.cat([embeddings, queries.to(embeddings.dtype)], dim=1)
-        mask = torch.cat([mask, mask.new_ones(batch, self.queries.shape[0])], dim=1)
+        parts = [embeddings]
+        if self.proprio_projector is not None:
+            parts.append(self.proprio_projector(proprio).unsqueeze(1).to(embeddings.dtype))
+        parts.append(queries.to(embeddings.dtype))
+        inputs = torch.cat(parts, dim=1)
+        mask = torch.cat([mask, mask.new_ones(batch, inputs.shape[1] - mask.shape[1])], dim=1)
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding: real tokens from 0
         hidden = self.backbone.get_decoder()(
             inputs_embeds=inputs, attention_mask=mask, position_ids=positions
@@ -147,6 +154,16 @@ class VLAChunkPolicy(nn.Module):
         taken = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return taken.sum((1, 2)), entropy.sum((1, 2))
+
+    def step_log_probs(
+        self, obs: torch.Tensor, horizons: torch.Tensor, plans: torch.Tensor
+    ) -> torch.Tensor:
+        """``[B, max_horizon]``: the log-prob of each step of whole plans ``plans [B,
+        max_horizon, action_dim]`` over the env's dims (behaviour cloning's targets)."""
+        dims = self.env_action_dim
+        log_probs = self.plan_logits(obs, horizons).log_softmax(-1)[:, :, :dims]
+        tokens = self.bins.tokens(plans[..., :dims])
+        return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).sum(-1)
 
     # ----- what trains -----------------------------------------------------------------
     def freeze_vision(self) -> None:
