@@ -25,6 +25,7 @@ from trainer.devices import HostToDevice, autocast
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache
 from trainer.models.policy import GaussianChunkPolicy
+from trainer.models.trained_state import load_policy_checkpoint, policy_checkpoint
 
 
 @dataclass
@@ -486,7 +487,7 @@ class OnPolicyAlgorithm(ABC):
             sharding.save_shards(self._models(), self.optimizer, shards)
             return {"shards": shards.name}
         state: dict[str, Any] = {
-            "policy": self.policy.state_dict(),
+            **policy_checkpoint(self.policy),
             "optimizer": self.optimizer.state_dict(),
         }
         if self.critic is not None:
@@ -512,7 +513,7 @@ class OnPolicyAlgorithm(ABC):
             if self.sharded:
                 self._refresh_acting()
             return
-        self.policy.load_state_dict(state["policy"])
+        load_policy_checkpoint(self.policy, state)
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["optimizer"])

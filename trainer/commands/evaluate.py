@@ -93,7 +93,10 @@ def eval_config(state: dict[str, Any], args: argparse.Namespace) -> ExperimentCo
     if args.suite:
         data["env"]["max_episode_steps"] = None  # the suite's own limit
     data["algorithm"].update(group_size=1, data_batch_size=1, reward_filter={"enabled": False})
-    data["algorithm"]["name"] = config.algorithm.name
+    # The checkpoint holds the policy: neither the run's start (init_from) nor its
+    # demos (an SFT run's; its policy evaluates as any on-policy one) are read again.
+    data["algorithm"]["name"] = "grpo" if config.algorithm.name == "bc" else config.algorithm.name
+    data["actor"]["model"]["init_from"] = None
     data["cluster"] = None
     return ExperimentConfig.model_validate(data)
 

@@ -25,6 +25,7 @@ from trainer.models.critic import ValueCritic
 from trainer.models.encoders import build_encoder
 from trainer.models.interface import ChunkedPolicy
 from trainer.models.policy import GaussianChunkPolicy
+from trainer.models.trained_state import load_policy_checkpoint
 from trainer.runner.checkpoints import NoCheckpoint, find_checkpoint, load_checkpoint
 from trainer.runner.interventions import with_interventions
 
@@ -217,11 +218,11 @@ def start_policy_from(algorithm: OnPolicyAlgorithm, where: Path) -> None:
             "actor.model.init_from", f"{path} holds no full policy (a sharded or RLPD checkpoint)"
         )
     try:
-        algorithm.policy.load_state_dict(saved["policy"])
-    except RuntimeError as error:
+        load_policy_checkpoint(algorithm.policy, saved)
+    except (RuntimeError, ValueError) as error:
         message = str(error).splitlines()[0]
         raise ConfigError.single(
-            "actor.model.init_from", f"{path} is another model's: {message}"
+            "actor.model.init_from", f"{path} does not fit this policy: {message}"
         ) from None
     algorithm.policy_version += 1
 

@@ -23,6 +23,7 @@ from trainer.algorithms.on_policy import decide
 from trainer.config.env_shards import ROLLOUT
 from trainer.config.schema import ExperimentConfig
 from trainer.models.plan_cache import ChunkDraw, PlanCache
+from trainer.models.trained_state import load_trained_state, trained_state
 from trainer.runtime.ray_calls import answer
 from trainer.whereabouts import ProcessReport
 
@@ -70,7 +71,7 @@ class RolloutWorker:
     ) -> None:
         assert self.policy is not None, "prepare() first"
         if weights is not None:
-            self.policy.load_state_dict(weights)
+            load_trained_state(self.policy, weights)
         chunk = self.config.actor.model.num_action_chunks
         max_horizon = self.policy.max_horizon
         if self.cache is not None and self.cache.same_schedule(horizons, chunk, max_horizon):
@@ -101,7 +102,7 @@ class RemoteDecider:
     ) -> None:
         weights = None
         if version != self.sent_version:
-            weights = {name: t.detach().cpu() for name, t in policy.state_dict().items()}
+            weights = {name: t.detach().cpu() for name, t in trained_state(policy).items()}
             self.sent_version = version
         self._answer(self.handle.start_round.remote(horizons, weights, seed), "starting a round")
 

@@ -15,7 +15,7 @@ from trainer.commands.tiny_vla import instructions
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.envs.builtin_reach import INSTRUCTIONS, BuiltinReachEnv
-from trainer.models.vla import ActionBins, VLAChunkPolicy
+from trainer.models.vla import ActionBins, VLAChunkPolicy, fingerprint
 from trainer.models.vla.folder import load_folder
 from trainer.models.vla.tiny import build_tiny_vla
 from trainer.runner.build import build_policy
@@ -226,3 +226,36 @@ def test_sft_imitates_scripted_demos_and_grpo_starts_from_its_checkpoint(tiny, t
     with pytest.raises(ConfigError, match="holds observations of shape \\(19,\\)"):
         OnPolicyRunner(vla_config(tiny, tmp_path / "y", "algorithm.name=bc",
                                   f"algorithm.bc.demos={other}"))  # fmt: skip
+
+
+def test_a_lora_checkpoint_keeps_what_trained_names_its_base_and_evaluates(tiny, tmp_path):
+    config = vla_config(
+        tiny, tmp_path, "actor.model.lora.rank=4", "actor.model.freeze_vision=true",
+        "runner.iterations=1", "runner.checkpoint_every=1",
+    )  # fmt: skip
+    runner = OnPolicyRunner(config)
+    runner.learn()
+    state = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))["algorithm"]
+    saved = set(state["policy"])
+    trainable = {n for n, p in runner.algorithm.policy.named_parameters() if p.requires_grad}
+    assert trainable <= saved and any("lora_" in name for name in saved)
+    assert not any("vision_tower" in name or name.endswith("q_proj.base_layer.weight")
+                   for name in saved)  # fmt: skip
+    assert {"bins.low", "bins.high"} <= saved  # the tokenisation travels with the weights
+    assert state["base_model"] == {"path": str(tiny), "sha256": fingerprint(tiny)}
+    # The evaluation command rebuilds the policy from the base folder and the checkpoint.
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "eval", str(tmp_path), "--states", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = json.loads(next(tmp_path.glob("eval-builtin_reach-iter1.json")).read_text())
+    assert table["iteration"] == 1 and len(table["tasks"]) == 1
+    # Another base (other weights in the folder) does not take this checkpoint.
+    other = build_tiny_vla(tmp_path / "other", instructions("builtin_reach", IMAGE),
+                           image_size=IMAGE, seed=1)  # fmt: skip
+    same_setup = ["actor.model.lora.rank=4", "actor.model.freeze_vision=true"]
+    with pytest.raises(ConfigError, match="was trained on .* holds other weights"):
+        OnPolicyRunner(
+            vla_config(other, tmp_path / "z", f"actor.model.init_from={tmp_path}", *same_setup)
+        )

@@ -15,6 +15,7 @@ feature per image token), the decoder, and the processor's tokenizer and image s
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from torch import nn
 
 from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.models.vla.action_bins import ActionBins
+from trainer.models.vla.folder import fingerprint
 
 # Where families keep their vision tower, for `freeze_vision`.
 VISION_TOWER_NAMES = ("vision_tower", "vision_model", "visual")
@@ -50,6 +52,8 @@ class VLAChunkPolicy(nn.Module):
         self.action_dim, self.env_action_dim = action_dim, env_action_dim
         self.max_horizon = max_horizon
         self.image_token_id = int(processor.image_token_id)
+        self.base_folder = Path(backbone.name_or_path)
+        self._base_fingerprint: str | None = None
         width = backbone.get_input_embeddings().embedding_dim
         queries = max_horizon * action_dim
         self.queries = nn.Parameter(torch.randn(queries, width) * 0.02)
@@ -166,6 +170,22 @@ class VLAChunkPolicy(nn.Module):
         return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).sum(-1)
 
     # ----- what trains -----------------------------------------------------------------
+    def base_model(self) -> dict[str, str]:
+        """The base folder a checkpoint names, and its fingerprint (computed once)."""
+        if self._base_fingerprint is None:
+            self._base_fingerprint = fingerprint(self.base_folder)
+        return {"path": str(self.base_folder), "sha256": self._base_fingerprint}
+
+    def check_base_model(self, saved: dict[str, str] | None) -> None:
+        """A checkpoint's policy fits this base only if its base had the same weights."""
+        if saved is None:
+            return
+        if saved["sha256"] != self.base_model()["sha256"]:
+            raise ValueError(
+                f"the checkpoint was trained on {saved['path']} (sha256 "
+                f"{saved['sha256'][:12]}…); {self.base_folder} holds other weights"
+            )
+
     def freeze_vision(self) -> None:
         tower = vision_tower(self.backbone)
         for parameter in tower.parameters():
