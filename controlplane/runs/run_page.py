@@ -87,6 +87,8 @@ def live_fragments(
     context["processes"] = where_it_runs(run)
     parts["run-events"] = render_to_string("runs/_events.html", context)
     parts["run-processes"] = render_to_string("runs/_processes.html", context)
+    context["model"] = model_card(run)
+    parts["run-model"] = render_to_string("runs/_model_card.html", context)
     if run.is_eval:  # its table arrives as the trainer's `evaluated` event
         context["eval_run"] = eval_run_context(run)
         parts["run-evaluation"] = render_to_string("runs/_evaluation.html", context)
@@ -126,6 +128,56 @@ def recent_events(run: Run) -> list[RunEvent]:
     """The newest events, oldest first."""
     newest = run.events.order_by("-created_at", "-pk")[:EVENTS_SHOWN]
     return list(reversed(newest))
+
+
+# What the run page shows of a trainer's model card, in this order; other keys of the
+# event (a newer trainer's) are not shown.
+MODEL_CARD_FIELDS = (
+    ("kind", "Kind"),
+    ("family", "Family"),
+    ("parameters", "Parameters"),
+    ("trainable_parameters", "Trainable parameters"),
+    ("lora", "LoRA"),
+    ("freeze_vision", "Vision tower frozen"),
+    ("gradient_checkpointing", "Gradient checkpointing"),
+    ("action_bins", "Action bins per dim"),
+    ("image_size", "Image size"),
+    ("hidden_sizes", "Hidden sizes"),
+)
+
+
+def model_card(run: Run) -> dict[str, Any] | None:
+    """The policy's card from the trainer's newest `model` event, as rows of label and
+    text, plus its base folder and fingerprint; None before the trainer sent one."""
+    event = run.events.filter(kind="model").order_by("-created_at", "-pk").first()
+    if event is None or not isinstance(event.data, dict):
+        return None
+    data = event.data
+    rows = [(label, _card_text(data[key])) for key, label in MODEL_CARD_FIELDS if key in data]
+    base = data.get("base") if isinstance(data.get("base"), dict) else {}
+    return {
+        "rows": rows,
+        "base_path": str(base.get("path", "")),
+        "base_sha256": str(base.get("sha256", "")),
+    }
+
+
+def _card_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {_card_text(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return (
+            " × ".join(str(item) for item in value)
+            if all(isinstance(item, int) for item in value)
+            else ", ".join(str(item) for item in value)
+        )
+    return str(value)
 
 
 @dataclass(frozen=True)

@@ -406,7 +406,7 @@ def link_messages(text, metric_keys, data_keys, number, wall_time, count, seq, k
 TRAINER_MESSAGES = link_messages(
     text=STORABLE_TEXT, metric_keys=SAFE_KEYS, data_keys=STORABLE_TEXT, number=FINITE,
     wall_time=WALL_TIME, count=COUNT, seq=st.integers(1, 2**63 - 1),
-    kinds=st.sampled_from(["started", "placed", "iteration", "checkpoint", "recovered",
+    kinds=st.sampled_from(["started", "placed", "model", "iteration", "checkpoint", "recovered",
                            "stopped", "failed"]),
     depth=st.integers(1, 60),
 )  # fmt: skip

@@ -22,6 +22,7 @@ from trainer.config.loading import load_config
 from trainer.devices import describe_device
 from trainer.link.environment import Link
 from trainer.link.reporter import RunReporter, report_failure, run_link
+from trainer.models.card import model_card
 from trainer.runner.build import compute_device
 from trainer.runner.loop import NothingToResumeError, has_checkpoint, run_folder
 from trainer.runner.on_policy_runner import OnPolicyRunner
@@ -112,6 +113,7 @@ def _train(args: argparse.Namespace, link: Link) -> int:
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
                 on_recovery=reporter.recovered, link=link,
             )  # fmt: skip
+            reporter.model(model_card(runner.algorithm.policy, config.actor.model))
         try:
             with StopRequest() as stop:
                 history = runner.learn(resume=resume, should_stop=stop.is_set)
@@ -153,7 +155,8 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
     else:
         from trainer.runtime.distributed_run import train_distributed
 
-        train, callbacks = train_distributed, {**callbacks, "on_recovery": reporter.recovered}
+        train = train_distributed
+        callbacks = {**callbacks, "on_recovery": reporter.recovered, "on_model": reporter.model}
     reporter.started(resume=resume)
     connect()  # first: joining Ray replaces the SIGTERM handler StopRequest installs
     with StopRequest() as stop:

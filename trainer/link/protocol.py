@@ -36,12 +36,12 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 EVENT_KINDS = (
-    "started", "placed", "iteration", "checkpoint", "recovered", "evaluated", "stopped",
-    "finished", "failed", "takeover",
+    "started", "placed", "model", "iteration", "checkpoint", "recovered", "evaluated",
+    "stopped", "finished", "failed", "takeover",
 )  # fmt: skip
 EventKind = Literal[
-    "started", "placed", "iteration", "checkpoint", "recovered", "evaluated", "stopped",
-    "finished", "failed", "takeover",
+    "started", "placed", "model", "iteration", "checkpoint", "recovered", "evaluated",
+    "stopped", "finished", "failed", "takeover",
 ]  # fmt: skip
 
 MAX_VALUES_PER_MESSAGE = 1000

@@ -37,6 +37,10 @@ class RunReporter:
         """Where the run's processes are (node, pid, devices, interpreter)."""
         self.link.event("placed", {"processes": processes})
 
+    def model(self, card: dict[str, Any]) -> None:
+        """The policy's model card (trainer.models.card), once it is built."""
+        self.link.event("model", card)
+
     def on_metrics(self, iteration: int, metrics: dict[str, float]) -> None:
         """The runner's per-iteration hook: one metrics batch, then the progress."""
         self.last_metrics = metrics

@@ -39,6 +39,7 @@ from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.devices import describe_device, visible_gpus
+from trainer.models.card import model_card
 from trainer.runner.build import compute_device, copies_per_rank, env_options
 from trainer.runtime.ray_calls import answer, connect, has_failed
 from trainer.runtime.shared_folder import check_shared_folder, reads_back
@@ -156,6 +157,9 @@ class ActorRank:
             ),
             env=env,
         )
+        if self.rank == 0:
+            card = model_card(self.runner.algorithm.policy, self.config.actor.model)
+            self.reports.put(("model", 0, card))
         here = ProcessReport.here(
             ACTOR, self.rank, self.node_rank, node_ip, describe_device(device)
         )
@@ -217,6 +221,7 @@ def train_distributed(
     on_checkpoint: Callable[[int, Path], None] | None = None,
     on_placed: Callable[[list[ProcessReport]], None] | None = None,
     on_recovery: Callable[[int, str], None] | None = None,
+    on_model: Callable[[dict[str, Any]], None] | None = None,
     start_timeout_s: float = 120.0,
 ) -> DistributedResult:
     """Train `config` on the actor ranks of `plan`; see the module's docstring."""
@@ -302,7 +307,7 @@ def train_distributed(
         loops = [h.learn.remote(resume) for h in handles]
         stop_sent = False
         while True:
-            _relay(reports, on_metrics, on_checkpoint, on_recovery)
+            _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model)
             if not stop_sent and should_stop is not None and should_stop():
                 for handle in handles:
                     handle.ask_to_stop.remote()
@@ -314,7 +319,7 @@ def train_distributed(
             if len(done) == len(loops):
                 break
         results = ray.get(loops)
-        _relay(reports, on_metrics, on_checkpoint, on_recovery)
+        _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model)
         first = results[0]
         return DistributedResult(
             first["iteration"], first["last"], ranks, stopped=stop_sent, per_rank=results
@@ -340,6 +345,7 @@ def _relay(
     on_metrics: Callable[[int, dict[str, float]], None] | None,
     on_checkpoint: Callable[[int, Path], None] | None,
     on_recovery: Callable[[int, str], None] | None,
+    on_model: Callable[[dict[str, Any]], None] | None = None,
 ) -> bool:
     """Pass the reports waiting on to their callbacks; whether any came (a heartbeat,
     kind `alive`, included)."""
@@ -356,6 +362,8 @@ def _relay(
             on_checkpoint(iteration, Path(payload))
         elif kind == "recovered" and on_recovery is not None:
             on_recovery(iteration, payload)
+        elif kind == "model" and on_model is not None:
+            on_model(payload)
 
 
 def _local_ranks(processes: list[Any]) -> dict[int, int]:

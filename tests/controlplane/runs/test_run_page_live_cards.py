@@ -3,6 +3,7 @@ can change live: a checkpoint brings the Files card and the Evaluate form, an ev
 state change brings the Evaluations card of the run it evaluates."""
 
 import json
+import re
 
 import pytest
 from channels.db import database_sync_to_async
@@ -43,7 +44,15 @@ async def browser(run: Run, cookie: str) -> WebsocketCommunicator:
     connected, code = await socket.connect()
     assert connected, code
     first = await socket.receive_from(timeout=10)  # everything, once
-    for part in ("run-header", "run-events", "run-processes", "run-files", "run-evaluations"):
+    parts = (
+        "run-header",
+        "run-events",
+        "run-processes",
+        "run-model",
+        "run-files",
+        "run-evaluations",
+    )
+    for part in parts:
         assert f'id="{part}"' in first, part
     return socket
 
@@ -130,4 +139,29 @@ async def test_an_eval_runs_state_reaches_the_page_of_the_run_it_evaluates(
     await database_sync_to_async(transition)(evaluation.pk, RunState.SUBMITTING)
     fragments = await page.receive_from(timeout=10)
     assert f'<tr data-run="{evaluation.pk}" data-state="submitting">' in fragments
+    await page.disconnect()
+
+
+async def test_the_trainers_model_card_arrives_live_and_shows_as_text(run, operator):
+    page = await browser(run, operator[1])
+    link = await trainer(run)
+    card = {
+        "kind": "vla", "family": "paligemma", "parameters": 2_923_456,
+        "trainable_parameters": 81_920,
+        "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": ["q_proj"]},
+        "freeze_vision": True, "gradient_checkpointing": False, "action_bins": 256,
+        "image_size": [224, 224], "unknown_key": "<b>not shown</b>",
+        "base": {"path": "/models/<script>alert(1)</script>", "sha256": "ab" * 32},
+    }  # fmt: skip
+    await send(link, {"type": "event", "seq": 1, "kind": "model", "data": card})
+    fragments = await page.receive_from(timeout=10)
+    shown = fragments[fragments.index('<div id="run-model"') :].split("</div>")[0]
+    rows = dict(re.findall(r'<th scope="row">([^<]+)</th><td>(.+?)</td>', shown))
+    assert rows["Family"] == "paligemma" and rows["Parameters"] == "2,923,456"
+    assert rows["Trainable parameters"] == "81,920" and rows["Vision tower frozen"] == "yes"
+    assert rows["LoRA"] == "rank 16, alpha 32.0, dropout 0.0, target_modules q_proj"
+    assert rows["Image size"] == "224 × 224" and rows["Action bins per dim"] == "256"
+    assert "&lt;script&gt;" in rows["Base folder"] and "<script>" not in shown
+    assert "not shown" not in shown and rows["Base SHA-256"].startswith('<code title="abab')
+    await link.disconnect()
     await page.disconnect()

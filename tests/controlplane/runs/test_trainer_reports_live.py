@@ -72,15 +72,18 @@ def test_a_trainer_process_reports_progress_metrics_and_events(web, run, tmp_pat
     assert MetricPoint.objects.filter(key__run=run, key__name="losses/policy_loss").count() == 3
     trainer_events = RunEvent.objects.filter(run=run).exclude(kind="state")
     assert list(trainer_events.values_list("kind", flat=True)) == [
-        "started", "placed", "checkpoint", "checkpoint", "finished",
+        "started", "placed", "model", "checkpoint", "checkpoint", "finished",
     ]  # fmt: skip
+    card = trainer_events.get(kind="model").data
+    assert card["kind"] == "mlp" and card["parameters"] == card["trainable_parameters"] > 0
     (where,) = trainer_events.get(kind="placed").data["processes"]
     assert (where["component"], where["rank"], where["node_rank"]) == ("actor", 0, 0)
     assert where["pid"] > 0 and where["interpreter"]
     checkpoints = trainer_events.filter(kind="checkpoint")
     assert [e.data["iteration"] for e in checkpoints] == [2, 3]
-    # started, placed, then metrics + progress per iteration, 2 checkpoints, finished.
-    assert len(assert_stored_once(run)) == 2 + 3 * 2 + 2 + 1
+    # started, placed, model, then metrics + progress per iteration, 2 checkpoints,
+    # finished.
+    assert len(assert_stored_once(run)) == 3 + 3 * 2 + 2 + 1
 
 
 def test_the_link_resends_what_a_restarting_web_server_did_not_acknowledge(web, run):

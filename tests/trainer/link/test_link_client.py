@@ -244,13 +244,14 @@ def test_the_run_command_reports_its_run_and_trains_as_it_does_alone(
     assert shape == [
         ("event", "started"),
         ("event", "placed"),
+        ("event", "model"),
         ("metrics", 1), ("progress", 1), ("event", "checkpoint"),
         ("metrics", 2), ("progress", 2), ("event", "checkpoint"),
         ("event", "finished"),
     ]  # fmt: skip
     finished = messages[len(messages)]["data"]
     assert finished["iteration"] == 2 and "rollout/success_rate" in finished["summary"]
-    assert messages[5]["data"]["path"].endswith("iter_000001.pt")
+    assert messages[6]["data"]["path"].endswith("iter_000001.pt")
 
 
 def test_a_config_error_is_reported_as_failed(tmp_path, monkeypatch, servers):
