@@ -20,6 +20,7 @@ EXAMPLES_DIR = settings.BASE_DIR / "examples"
 DEMO_CLUSTER_FILE = EXAMPLES_DIR / "clusters" / "one_machine.yaml"
 DEMO_EXPERIMENT_FILE = EXAMPLES_DIR / "builtin_ppo.yaml"
 CONSOLE_DEMO_FILE = EXAMPLES_DIR / "builtin_rlpd_console.yaml"
+VLA_DEMO_FILE = EXAMPLES_DIR / "builtin_vla_sft.yaml"
 ADMIN_USERNAME = "admin"
 PASSWORD_FILE_NAME = "admin_password"
 
@@ -114,4 +115,24 @@ def seed_demo(owner=None) -> tuple[Cluster, Experiment]:
             tags=["demo", "builtin", "rlpd", "console"],
             author=owner,
         )
+    if not Experiment.objects.filter(name="demo-vla").exists():
+        create_experiment(
+            "demo-vla",
+            vla_demo_yaml(),
+            description="SFT of a tiny vision-language-action model on the built-in env "
+            "(camera view + instruction in, action tokens out); start GRPO from its run "
+            "with actor.model.init_from=<its run folder>.",
+            tags=["demo", "builtin", "vla", "sft"],
+            author=owner,
+        )
     return cluster, experiment
+
+
+def vla_demo_yaml() -> str:
+    """The VLA SFT example with its model folder and demo file in this machine's var/
+    folder: a run's job works in a folder of its own, and every run then shares the one
+    tiny model and the one recording."""
+    text = VLA_DEMO_FILE.read_text()
+    for relative in ("var/models/", "var/demos/"):
+        text = text.replace(relative, f"{settings.VAR_DIR / relative.removeprefix('var/')}/")
+    return text

@@ -63,6 +63,18 @@ def test_the_demo_is_seeded_once():
     assert seed_demo() == seed_demo()
 
 
+def test_the_vla_demo_keeps_its_model_and_demos_in_this_machines_var_folder(settings):
+    from controlplane.experiments.models import Experiment
+    from trainer.config.loading import parse_yaml, validate_config
+
+    seed_demo()
+    revision = Experiment.objects.get(name="demo-vla").latest_revision
+    config = validate_config(parse_yaml(revision.config_yaml, "demo-vla"))
+    assert config.actor.model.kind == "vla" and config.algorithm.name == "bc"
+    assert config.actor.model.path == f"{settings.VAR_DIR / 'models'}/tiny-vla-builtin"
+    assert config.algorithm.bc.demos.startswith(f"{settings.VAR_DIR / 'demos'}/")
+
+
 def test_login_page_reports_bad_credentials(client):
     response = client.post("/login/", {"username": "nobody", "password": "wrong"})
     assert response.status_code == 200

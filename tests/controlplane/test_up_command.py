@@ -74,7 +74,7 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
 
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
             names = db.execute("select name from experiments_experiment order by name")
-            assert names.fetchall() == [("demo-builtin-ppo",), ("demo-console",)]
+            assert names.fetchall() == [("demo-builtin-ppo",), ("demo-console",), ("demo-vla",)]
             assert db.execute("select name from inventory_cluster").fetchall() == [("one-machine",)]
             assert db.execute(
                 "select is_superuser from auth_user where username='admin'"

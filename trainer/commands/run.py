@@ -19,6 +19,7 @@ from typing import Any
 from trainer.cluster import ClusterConfigError
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
+from trainer.config.schema import ExperimentConfig
 from trainer.devices import describe_device
 from trainer.link.environment import Link
 from trainer.link.reporter import RunReporter, report_failure, run_link
@@ -86,13 +87,36 @@ def main(args: argparse.Namespace) -> int:
         return _train(args, link)
 
 
+def start_trained_first(config: ExperimentConfig) -> ExperimentConfig:
+    """`actor.model.init_from` naming a run config (.yaml): that run's folder, trained
+    here first when it has no checkpoint yet (SFT, then RL, in one command)."""
+    where = config.actor.model.init_from
+    if not where or not where.endswith((".yaml", ".yml")):
+        return config
+    try:
+        start = load_config(where)
+    except ConfigError as error:  # its problems, named as the file's own
+        raise ConfigError.single("actor.model.init_from", f"{where}: {error}") from None
+    folder = run_folder(start)
+    if not has_checkpoint(start):
+        print(f"training the run it starts from first: {where} into {folder}", flush=True)
+        runner = OnPolicyRunner(start)
+        try:
+            runner.learn()
+        finally:
+            runner.close()
+    data = config.model_dump(mode="json")
+    data["actor"]["model"]["init_from"] = str(folder)
+    return ExperimentConfig.model_validate(data)
+
+
 def _train(args: argparse.Namespace, link: Link) -> int:
     try:
         overrides = list(args.overrides)
         if args.output_dir:
             # JSON text is a YAML double-quoted string: any path reads back as itself.
             overrides.append(f"runner.output_dir={json.dumps(args.output_dir)}")
-        config = load_config(args.config, overrides)
+        config = start_trained_first(load_config(args.config, overrides))
         resume = args.resume or (args.resume_if_any and has_checkpoint(config))
         reporter = RunReporter(link, config)
         plan = distributed_plan(config)

@@ -208,6 +208,12 @@ def build_components(
 
 def start_policy_from(algorithm: OnPolicyAlgorithm, where: Path) -> None:
     """`actor.model.init_from`: the policy weights of another run's checkpoint."""
+    if where.suffix in (".yaml", ".yml"):
+        raise ConfigError.single(
+            "actor.model.init_from",
+            f"{where} is a run config: `python -m trainer run` trains it first; here give "
+            "a checkpoint or a run folder",
+        )
     try:
         path = find_checkpoint(where)
     except NoCheckpoint as error:

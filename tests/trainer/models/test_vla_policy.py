@@ -39,7 +39,8 @@ def vla_config(tiny: Path, tmp_path: Path, *overrides: str):
     return load_config(
         EXAMPLE,
         [f"actor.model.path={tiny}", "actor.model.build_tiny=false", f"env.image_size={IMAGE}",
-         f"runner.output_dir={tmp_path}", "runner.progress=false", *overrides],
+         "actor.model.init_from=null", f"runner.output_dir={tmp_path}", "runner.progress=false",
+         *overrides],
     )  # fmt: skip
 
 
@@ -180,16 +181,35 @@ def test_grpo_trains_the_vla_from_the_example_and_resumes_from_its_checkpoint(ti
     assert resumed.iteration == 3
 
 
-def test_the_example_runs_from_the_cli_building_its_tiny_model_on_first_use(tmp_path):
-    folder = tmp_path / "models/tiny"
+def test_the_example_trains_its_sft_start_first_building_the_tiny_model_on_first_use(tmp_path):
+    """`python -m trainer run examples/builtin_vla.yaml` on a fresh checkout: the tiny
+    model is written, the SFT run it starts from is trained (its demos recorded), then
+    GRPO starts from that run's checkpoint."""
+    folder, sft = tmp_path / "models/tiny", tmp_path / "sft.yaml"
+    text = (ROOT / "examples/builtin_vla_sft.yaml").read_text()
+    for old, new in [
+        ("var/models/tiny-vla-builtin", str(folder)),
+        ("var/demos/builtin-vla-reach-red.npz", str(tmp_path / "demos.npz")),
+        ("var/runs/builtin-vla-sft", str(tmp_path / "sft")),
+        ("iterations: 20", "iterations: 1"), ("scripted_episodes: 64", "scripted_episodes: 4"),
+        ("num_parallel_envs: 16", "num_parallel_envs: 4"),
+        ("image_size: 64", f"image_size: {IMAGE}"),
+    ]:  # fmt: skip
+        assert old in text, old
+        text = text.replace(old, new)
+    sft.write_text(text)
     result = subprocess.run(
         [sys.executable, "-m", "trainer", "run", str(EXAMPLE), "runner.iterations=1",
          f"runner.output_dir={tmp_path / 'run'}", f"actor.model.path={folder}",
-         f"env.image_size={IMAGE}", "runner.progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+         f"actor.model.init_from={sft}", f"env.image_size={IMAGE}", "runner.progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert "training the run it starts from first" in result.stdout
+    assert (folder / "config.json").is_file() and (tmp_path / "demos.npz").is_file()
+    assert latest_checkpoint(tmp_path / "sft/checkpoints") is not None
+    # The run's own config names the folder it started from.
+    assert f"init_from: {tmp_path / 'sft'}" in (tmp_path / "run/config.yaml").read_text()
     assert (tmp_path / "run/metrics.jsonl").read_text().count("\n") == 1
 
 
