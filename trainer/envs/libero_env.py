@@ -41,6 +41,7 @@ from trainer.config.env_defaults import (
 )
 from trainer.envs.libero_setup import import_libero
 from trainer.envs.vector_env import EnvStep, VectorEnv
+from trainer.envs.vision_language import VisionLanguageSpec
 
 ACTION_DIM = 7
 NUM_INIT_STATES = LIBERO_INIT_STATES_PER_TASK
@@ -52,6 +53,9 @@ PROPRIO_DIM = 3 + 4 + 2
 # Arm still, gripper open (-1): what LIBERO evaluations send while objects settle.
 NOOP_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
 CAMERA_NAME = "agentview"
+# What a VLA policy sees (pi0 and OpenVLA-OFT on LIBERO alike): the third-person view and
+# the wrist camera.
+VLA_CAMERAS = ("agentview", "robot0_eye_in_hand")
 
 
 class LiberoVectorEnv(VectorEnv):
@@ -71,11 +75,7 @@ class LiberoVectorEnv(VectorEnv):
     ) -> None:
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
-        if vision_language:
-            raise ValueError(
-                "LIBERO does not yet give a VLA policy its cameras and instruction: "
-                "use the built-in env for actor.model.kind: vla"
-            )
+
         if suite not in LIBERO_SUITE_MAX_STEPS:
             raise ValueError(
                 f"unknown LIBERO suite {suite!r}; use one of {', '.join(LIBERO_SUITE_MAX_STEPS)}"
@@ -103,6 +103,16 @@ class LiberoVectorEnv(VectorEnv):
             self.obs_shape: tuple[int, ...] = (3, image_size, image_size)
         else:
             self.obs_shape = (PROPRIO_DIM + OBJECT_STATE_DIM + self.num_tasks,)
+        if vision_language:  # both cameras, the proprio state and the task's instruction
+            self.vision_language = VisionLanguageSpec(
+                image_shape=(3, image_size, image_size),
+                num_images=len(VLA_CAMERAS),
+                proprio_dim=PROPRIO_DIM,
+                instructions=tuple(
+                    self.language_instruction(task) for task in range(self.num_tasks)
+                ),
+            )
+            self.obs_shape = (self.vision_language.row_size,)
         self._task_names = list(self._benchmark.get_task_names())
         self._init_state_sets: dict[int, torch.Tensor] = {}
         self._copies: list[Any] = []
@@ -200,12 +210,13 @@ class LiberoVectorEnv(VectorEnv):
     def _build_copies(self, task_id: int) -> None:
         self.close()
         bddl_file = self._benchmark.get_task_bddl_file_path(task_id)
+        renders = self.camera or self.vision_language is not None
         self._copies = [
             self._libero.control_env(
                 bddl_file_name=bddl_file,
-                use_camera_obs=self.camera,
-                has_offscreen_renderer=self.camera,
-                camera_names=[CAMERA_NAME],
+                use_camera_obs=renders,
+                has_offscreen_renderer=renders,
+                camera_names=list(VLA_CAMERAS) if self.vision_language else [CAMERA_NAME],
                 camera_heights=self.image_size,
                 camera_widths=self.image_size,
                 ignore_done=True,
@@ -225,6 +236,16 @@ class LiberoVectorEnv(VectorEnv):
         return raw
 
     def _observe(self, raw: dict[str, np.ndarray]) -> torch.Tensor:
+        if self.vision_language is not None:
+            images = np.stack([raw[f"{name}_image"][::-1] for name in VLA_CAMERAS])  # upright
+            proprio = np.concatenate(
+                [raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"]]
+            )
+            return self.vision_language.pack(
+                torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2)[None],
+                torch.from_numpy(proprio.astype(np.float32))[None],
+                torch.tensor([self._task_id or 0]),
+            )[0]
         if self.camera:
             image = np.ascontiguousarray(raw[f"{CAMERA_NAME}_image"][::-1])  # upright
             return torch.from_numpy(image).permute(2, 0, 1).float().div_(255.0)

@@ -23,9 +23,12 @@ def build_tiny_vla(
     width: int = 64,
     layers: int = 2,
     seed: int = 0,
+    intermediate: int | None = None,
 ) -> Path:
     """Write a tiny PaliGemma and its processor to ``folder`` (``save_pretrained``);
-    ``sentences``: what its tokenizer must know (the tasks' instructions)."""
+    ``sentences``: what its tokenizer must know (the tasks' instructions); ``width``,
+    ``layers`` and ``intermediate`` (2 x width by default) size both towers (the
+    benchmark's larger models)."""
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import (
@@ -61,11 +64,11 @@ def build_tiny_vla(
         size={"height": image_size, "width": image_size}, image_seq_length=image_tokens
     )
     processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    heads = max(width // 32, 1)
+    heads = max(width // 64, 1) if width >= 256 else max(width // 32, 1)
     config = PaliGemmaConfig(
         vision_config=SiglipVisionConfig(
             hidden_size=width,
-            intermediate_size=2 * width,
+            intermediate_size=intermediate or 2 * width,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             image_size=image_size,
@@ -74,7 +77,7 @@ def build_tiny_vla(
         text_config=GemmaConfig(
             vocab_size=len(processor.tokenizer),
             hidden_size=width,
-            intermediate_size=2 * width,
+            intermediate_size=intermediate or 2 * width,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             num_key_value_heads=1,
