@@ -51,6 +51,11 @@ class OnPolicySettings:
     plan_reward_coef: float = 0.0
     base_h: float = 5.0
     bootstrap_timeouts: bool = True
+    # "chunk": the probability ratio of a whole chunk (the product of its actions' and
+    # dims' ratios); "geometric_mean": that ratio's geometric mean over the chunk's
+    # actions x dims (length-normalised, as GSPO does for sequences), which a policy of
+    # many action tokens needs for its clip to mean anything.
+    ratio: str = "chunk"
 
 
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
@@ -398,6 +403,8 @@ class OnPolicyAlgorithm(ABC):
                 mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
             )
         log_ratio = log_prob - mb["log_prob"]
+        if s.ratio == "geometric_mean":
+            log_ratio = log_ratio / (mb["actions"].shape[1] * self.policy.env_action_dim)
         ratio = log_ratio.exp()
         with torch.no_grad():
             kl_sum = (((ratio - 1) - log_ratio) * policy_weight).sum()

@@ -381,6 +381,13 @@ class AlgorithmConfig(Section):
     gamma: float = Field(0.95, ge=0, le=1, description="Discount per env step (chunk).")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (PPO).")
     clip_ratio: float = Field(0.2, gt=0, description="PPO ratio clip epsilon.")
+    ratio: Literal["chunk", "geometric_mean"] = Field(
+        "chunk",
+        description="The clipped ratio of an executed chunk: chunk (its probability "
+        "ratio, the product over its actions and dims) or geometric_mean (that ratio's "
+        "geometric mean over its actions x dims, length-normalised as GSPO does; for a "
+        "VLA's many action tokens, whose product leaves the clip range at once).",
+    )
     value_clip: float | None = Field(None, gt=0, description="Clip the value update; null: off.")
     value_loss_coef: float = Field(0.5, ge=0, description="Weight of the value loss (PPO).")
     entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")

@@ -57,6 +57,7 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         plan_reward_coef=a.plan_reward_coef,
         base_h=a.base_h,
         bootstrap_timeouts=a.bootstrap_timeouts,
+        ratio=a.ratio,
     )
 
 

@@ -64,6 +64,22 @@ def test_ppo_first_minibatch_has_ratio_one_and_the_hand_computed_loss():
     )
 
 
+@pytest.mark.parametrize(
+    ("ratio", "log_ratio"), [("chunk", 0.7), ("geometric_mean", 0.7 / (5 * 7))]
+)
+def test_the_clipped_ratio_is_the_chunks_or_its_geometric_mean_over_actions_and_dims(
+    ratio, log_ratio
+):
+    _, algorithm, batch = _setup(GRPO, group_size=2, ratio=ratio)
+    samples = batch.training_samples()
+    samples["log_prob"] = samples["log_prob"] - 0.7  # the chunk's 35 log-probs moved
+    stats = algorithm._minibatch_step(samples)
+    kl = torch.tensor(log_ratio).exp() - 1 - log_ratio
+    assert stats["losses/approx_kl"] == pytest.approx(float(kl), rel=1e-4)
+    # Outside the clip range as a chunk (ratio 2.01); inside per action dim (1.02).
+    assert stats["losses/clip_fraction"] == (1.0 if ratio == "chunk" else 0.0)
+
+
 def test_value_loss_is_clipped_around_the_rollout_value():
     _, algorithm, _ = _setup(PPO, value_clip=0.1)
     obs = torch.zeros(2, 19)
