@@ -153,7 +153,7 @@ def model_card(run: Run) -> dict[str, Any] | None:
     if event is None or not isinstance(event.data, dict):
         return None
     data = event.data
-    rows = [(label, _card_text(data[key])) for key, label in MODEL_CARD_FIELDS if key in data]
+    rows = [(label, _card_text(data[key], key)) for key, label in MODEL_CARD_FIELDS if key in data]
     base = data.get("base") if isinstance(data.get("base"), dict) else {}
     return {
         "rows": rows,
@@ -162,7 +162,7 @@ def model_card(run: Run) -> dict[str, Any] | None:
     }
 
 
-def _card_text(value: Any) -> str:
+def _card_text(value: Any, key: str = "") -> str:
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -170,13 +170,10 @@ def _card_text(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, dict):
-        return ", ".join(f"{key} {_card_text(item)}" for key, item in value.items())
+        return ", ".join(f"{name} {_card_text(item)}" for name, item in value.items())
     if isinstance(value, list):
-        return (
-            " × ".join(str(item) for item in value)
-            if all(isinstance(item, int) for item in value)
-            else ", ".join(str(item) for item in value)
-        )
+        joiner = " × " if key == "image_size" else ", "  # height × width
+        return joiner.join(str(item) for item in value)
     return str(value)
 
 

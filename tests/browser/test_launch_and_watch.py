@@ -60,6 +60,12 @@ def test_a_launched_run_goes_live_to_succeeded(page):
         assert steps == [1, 2, 3] and all(0 <= r <= 1 for r in rates)
     expect(page.locator("#task-table tbody tr")).to_have_count(3)  # one task per iteration
     expect(page.locator('#run-summary [data-field="iteration"]')).to_have_text("3 / 3")
+    # The model card the trainer sent once it had built the policy.
+    card = page.locator("#run-model")
+    expect(card.locator("tr", has_text="Kind")).to_contain_text("mlp")
+    expect(card.locator("tr", has_text="Hidden sizes")).to_contain_text("64, 64")
+    trained = card.locator("tr", has_text="Trainable parameters").locator("td").inner_text()
+    assert int(trained.replace(",", "")) > 1000
     page.screenshot(path=str(page.stack.log_dir / "run.png"), full_page=True)
     page.goto(page.stack.url + "/runs/")
     expect(page.locator("tr[data-state=succeeded]")).to_have_count(1)
