@@ -24,17 +24,15 @@ size asked (`--size`): `small` (width 256, 4 layers) by default, CPU-sized; `1b`
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.gpu import median_pair  # noqa: E402
 from trainer.algorithms import GRPO, OnPolicySettings  # noqa: E402
 from trainer.config.schema import LoraConfig, ModelConfig  # noqa: E402
 from trainer.devices import autocast, enable_fast_matmul  # noqa: E402
@@ -50,25 +48,6 @@ SIZES = {  # width, layers, intermediate, image size
 }
 HORIZON, CHUNK, MINIBATCHES = 5, 5, 2
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
-
-
-def timed(run: Callable[[], object], device: torch.device) -> float:
-    sync = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
-    sync(device)
-    started = time.perf_counter()
-    run()
-    sync(device)
-    return time.perf_counter() - started
-
-
-def median_pair(ours, bare, device, repeats: int) -> tuple[float, float]:
-    """Median seconds of each, alternating, after one warm-up of each."""
-    timed(ours, device), timed(bare, device)
-    times: dict[str, list[float]] = {"ours": [], "bare": []}
-    for _ in range(repeats):
-        times["ours"].append(timed(ours, device))
-        times["bare"].append(timed(bare, device))
-    return statistics.median(times["ours"]), statistics.median(times["bare"])
 
 
 def main() -> int:
