@@ -101,12 +101,26 @@ def test_sampled_log_probs_equal_the_recomputed_ones_for_every_chunk_and_horizon
             assert (entropy > 0).all() and recomputed.requires_grad
 
 
+def test_a_model_predicting_more_dims_than_the_env_takes_counts_only_the_envs(tiny, tmp_path):
+    policy, obs = policy_and_obs(vla_config(tiny, tmp_path, "actor.model.action_dim=8"))
+    horizons = torch.full((6,), 5)
+    plan, log_probs = policy.sample_plan(obs, horizons, chunk=5)
+    assert plan.shape == (6, 10, 8)
+    recomputed, _ = policy.chunk_log_prob(obs, horizons, torch.zeros(6), plan[:, :5])
+    torch.testing.assert_close(recomputed, log_probs[:, 0], rtol=0, atol=1e-4)
+    plan[:, :5, 7] = 0.9  # the dim the env never takes does not change the log-prob
+    torch.testing.assert_close(
+        policy.chunk_log_prob(obs, horizons, torch.zeros(6), plan[:, :5])[0], recomputed
+    )
+
+
 def test_bins_map_centres_to_their_own_tokens_and_clamp_outside_the_range():
     bins = ActionBins(4, [-1.0, 0.0], [1.0, 2.0])
     tokens = torch.tensor([[0, 3], [2, 1]])
     assert bins.actions(tokens).tolist() == [[-0.75, 1.75], [0.25, 0.75]]
     assert torch.equal(bins.tokens(bins.actions(tokens)), tokens)
     assert bins.tokens(torch.tensor([[-5.0, 9.0]])).tolist() == [[0, 3]]
+    assert bins.tokens(torch.tensor([[0.1], [0.9]])).tolist() == [[2], [3]]  # fewer dims
     assert "bins" in str(pytest.raises(ValueError, ActionBins, 1, [0.0], [1.0]).value)
     assert "low < high" in str(pytest.raises(ValueError, ActionBins, 8, [1.0], [1.0]).value)
 

@@ -27,16 +27,20 @@ class ActionBins(nn.Module):
         self.register_buffer("low", low_t)
         self.register_buffer("high", high_t)
 
-    @property
-    def width(self) -> torch.Tensor:
-        return (self.high - self.low) / self.num_bins
+    def _range(self, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `dims` dims' low bound and bin width (an env may take fewer dims
+        than the model predicts)."""
+        low = self.low[:dims]
+        return low, (self.high[:dims] - low) / self.num_bins
 
     def actions(self, tokens: torch.Tensor) -> torch.Tensor:
         """Tokens ``[..., dims]`` -> their bins' centres."""
-        return self.low + (tokens.float() + 0.5) * self.width
+        low, width = self._range(tokens.shape[-1])
+        return low + (tokens.float() + 0.5) * width
 
     def tokens(self, actions: torch.Tensor) -> torch.Tensor:
         """Actions ``[..., dims]`` -> the bins they fall in (outside the range: the end
         bins). A bin's centre maps back to its own token."""
-        index = torch.floor((actions.float() - self.low) / self.width)
+        low, width = self._range(actions.shape[-1])
+        index = torch.floor((actions.float() - low) / width)
         return index.clamp(0, self.num_bins - 1).long()
