@@ -148,7 +148,7 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
     url = f"http://127.0.0.1:{port}"
     up = start_up(var_dir, port, env, tmp_path / "up.log")
     try:
-        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 150, "the stack", 2)
+        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 240, "the stack", 2)
         web = WebSession(url)
         web.login("admin", (var_dir / "admin_password").read_text().strip())
         status, run = web.api("POST", "runs", {"experiment": "demo-builtin-ppo"})
@@ -171,7 +171,7 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
 
     up = start_up(var_dir, port, env, tmp_path / "up-again.log")
     try:
-        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 150, "the stack", 2)
+        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 240, "the stack", 2)
         web = WebSession(url)
         web.login("admin", (var_dir / "admin_password").read_text().strip())
         status, resumed = web.api("POST", f"runs/{run_id}/resume")

@@ -197,30 +197,32 @@ def test_the_rlpd_example_runs_an_iteration_on_libero(libero_installed, tmp_path
 
 
 def test_a_vla_sees_both_cameras_its_proprio_and_the_instruction(libero_installed, tmp_path):
+    """The env's packed rows, and the documented example's policy (a tiny model written on
+    first use) planning from them; the runner around it is the built-in env's."""
+    from trainer.config.loading import load_config
+    from trainer.models.vla import write_tiny_once
+    from trainer.runner.build import build_policy
+
     env = LiberoVectorEnv(num_envs=1, suite="libero_spatial", vision_language=True, image_size=32)
     try:
         spec = env.vision_language
         assert spec.num_images == 2 and spec.proprio_dim == PROPRIO_DIM
         assert spec.instructions[0] == env.language_instruction(0) and len(spec.instructions) == 10
-        images, proprio, tasks = spec.unpack(env.reset(0, env.init_states(0)[:1]))
-        assert images.shape == (1, 2, 3, 32, 32) and tasks.tolist() == [0]
-        assert 0.0 <= images.min() and images.max() <= 1.0
-        assert not torch.equal(images[0, 0], images[0, 1])  # two cameras, two pictures
-        assert proprio.abs().sum() > 0
+        obs = env.reset(0, env.init_states(0)[:1])
     finally:
         env.close()
-    # The documented example, as it stands (a tiny model written on first use), trains.
-    from trainer.config.loading import load_config
-
+    images, proprio, tasks = spec.unpack(obs)
+    assert images.shape == (1, 2, 3, 32, 32) and tasks.tolist() == [0]
+    assert 0.0 <= images.min() and images.max() <= 1.0
+    assert not torch.equal(images[0, 0], images[0, 1])  # two cameras, two pictures
+    assert proprio.abs().sum() > 0
     config = load_config(
         Path(__file__).resolve().parents[3] / "examples/libero_spatial_vla.yaml",
-        [f"actor.model.path={tmp_path / 'tiny'}", "env.image_size=32", "env.num_workers=0",
-         "env.max_episode_steps=10", "runner.iterations=1", "runner.progress=false",
-         f"runner.output_dir={tmp_path / 'run'}"],
-    )  # fmt: skip
-    runner = OnPolicyRunner(config)
-    try:
-        metrics = runner.learn()[-1]
-    finally:
-        runner.close()
-    assert metrics["rollout/episodes"] == 2 and metrics["losses/updates"] == 1
+        [f"actor.model.path={tmp_path / 'tiny'}", "env.image_size=32"],
+    )
+    write_tiny_once(tmp_path / "tiny", spec)
+    policy = build_policy(config, env.obs_shape, env.action_dim, spec)
+    plan, log_probs = policy.sample_plan(obs, torch.tensor([10]), chunk=5)
+    assert plan.shape == (1, 10, 7)
+    recomputed, _ = policy.chunk_log_prob(obs, torch.tensor([10]), torch.tensor([5]), plan[:, 5:])
+    torch.testing.assert_close(recomputed, log_probs[:, 1], rtol=0, atol=1e-4)
