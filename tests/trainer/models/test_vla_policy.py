@@ -41,7 +41,7 @@ def vla_config(tiny: Path, tmp_path: Path, *overrides: str):
         [f"actor.model.path={tiny}", "actor.model.build_tiny=false", f"env.image_size={IMAGE}",
          "actor.model.init_from=null", f"runner.output_dir={tmp_path}", "runner.progress=false",
          "env.num_parallel_envs=4", "algorithm.group_size=4", "algorithm.data_batch_size=16",
-         *overrides],
+         "runner.torch_threads=1", *overrides],
     )  # fmt: skip
 
 
@@ -209,6 +209,7 @@ def test_the_example_trains_its_sft_start_first_building_the_tiny_model_on_first
         ("iterations: 20", "iterations: 1"), ("scripted_episodes: 64", "scripted_episodes: 4"),
         ("num_parallel_envs: 16", "num_parallel_envs: 4"),
         ("image_size: 64", f"image_size: {IMAGE}"),
+        ("torch_threads: 2", "torch_threads: 1"),
     ]:  # fmt: skip
         assert old in text, old
         text = text.replace(old, new)
@@ -217,7 +218,8 @@ def test_the_example_trains_its_sft_start_first_building_the_tiny_model_on_first
         [sys.executable, "-m", "trainer", "run", str(EXAMPLE), "runner.iterations=1",
          f"runner.output_dir={tmp_path / 'run'}", f"actor.model.path={folder}",
          f"actor.model.init_from={sft}", f"env.image_size={IMAGE}", "runner.progress=false",
-         "env.num_parallel_envs=2", "algorithm.group_size=2", "algorithm.data_batch_size=4"],
+         "env.num_parallel_envs=2", "algorithm.group_size=2", "algorithm.data_batch_size=4",
+         "runner.torch_threads=1"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
