@@ -45,8 +45,10 @@ class BehaviourCloning(OnPolicyAlgorithm):
         self.policy_version += 1
         rows = self.demo_obs.shape[0]
         steps = torch.arange(self.policy.max_horizon, device=self.device)
+        trained = [p for group in self.optimizer.param_groups for p in group["params"]]
         losses = []
         for _ in range(self.updates_per_iteration):
+            # Drawn on the CPU generator, as every shuffle is (the same draws on any device).
             pick = torch.randint(rows, (min(self.batch_size, rows),), generator=self.generator)
             pick = pick.to(self.device)
             draw = torch.randint(
@@ -66,8 +68,7 @@ class BehaviourCloning(OnPolicyAlgorithm):
             (loss / self.collective.world_size).backward()
             if buckets is not None:
                 buckets.finish()
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
+            nn.utils.clip_grad_norm_(trained, self.settings.max_grad_norm)
             self.optimizer.step()
             losses.append(loss.detach())
         dims = self.policy.env_action_dim

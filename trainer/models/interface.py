@@ -51,3 +51,11 @@ class ChunkedPolicy(Protocol):
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def check_action_dims(action_dim: int, env_action_dim: int) -> None:
+    """A policy may predict more action dims than its env takes, never fewer."""
+    if env_action_dim > action_dim:
+        raise ValueError(
+            f"the model predicts {action_dim} action dims but the env needs {env_action_dim}"
+        )

@@ -16,6 +16,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from trainer.models.encoders import mlp
+from trainer.models.interface import check_action_dims
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -33,10 +34,7 @@ class GaussianChunkPolicy(nn.Module):
         init_log_std: float = 0.0,
     ) -> None:
         super().__init__()
-        if env_action_dim > action_dim:
-            raise ValueError(
-                f"the model predicts {action_dim} action dims but the env needs {env_action_dim}"
-            )
+        check_action_dims(action_dim, env_action_dim)
         self.encoder = encoder
         self.action_dim = action_dim
         self.env_action_dim = env_action_dim

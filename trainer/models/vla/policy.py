@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.envs.vision_language import VisionLanguageSpec
+from trainer.models.interface import check_action_dims
 from trainer.models.vla.action_bins import ActionBins
 from trainer.models.vla.folder import fingerprint
 
@@ -42,10 +43,7 @@ class VLAChunkPolicy(nn.Module):
         max_horizon: int,
     ) -> None:
         super().__init__()
-        if env_action_dim > action_dim:
-            raise ValueError(
-                f"the model predicts {action_dim} action dims but the env needs {env_action_dim}"
-            )
+        check_action_dims(action_dim, env_action_dim)
         self.backbone = backbone
         self.spec = spec
         self.bins = bins
