@@ -165,13 +165,26 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("actor", "strategy"),
             )
         )
-    if config.actor.model.kind == "vla" and algorithm.name in ("ppo", "rlpd"):
+    if config.actor.model.kind == "vla" and algorithm.name == "rlpd":
         problems.append(
             ConfigIssue(
                 "algorithm.name",
-                f"a vla has no value head or Q-critic yet: train it with grpo or rloo, "
-                f"not {algorithm.name}",
+                "a vla has no Q-critic: train it with ppo (a value head on its backbone), "
+                "grpo or rloo",
                 ("algorithm", "name"),
+            )
+        )
+    if (
+        config.actor.model.kind == "vla"
+        and algorithm.name == "ppo"
+        and config.actor.strategy == "fsdp"
+    ):
+        problems.append(
+            ConfigIssue(
+                "actor.strategy",
+                "a vla's value head shares the policy's backbone, which fsdp would shard "
+                "apart from it: use ddp",
+                ("actor", "strategy"),
             )
         )
     if algorithm.name == "bc" and not algorithm.bc.demos:

@@ -237,7 +237,9 @@ class ActorConfig(Section):
 
 class CriticConfig(Section):
     hidden_sizes: list[PositiveInt] = Field(
-        [64, 64], min_length=1, description="Widths of the critic's hidden layers (PPO)."
+        [64, 64],
+        min_length=1,
+        description="Widths of the critic's hidden layers (PPO; for a vla, of its value head).",
     )
 
 

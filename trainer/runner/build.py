@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from trainer.algorithms import ALGORITHMS, OnPolicyAlgorithm, OnPolicySettings
 from trainer.config.errors import ConfigError, ConfigIssue
@@ -152,6 +153,19 @@ def build_policy(
     )
 
 
+def build_critic(
+    config: ExperimentConfig, policy: ChunkedPolicy, obs_shape: tuple[int, ...]
+) -> nn.Module:
+    """PPO's critic: an encoder of its own and a head, or for a VLA a value head on the
+    policy's backbone (`critic.hidden_sizes` size the head's layers)."""
+    model, hidden = config.actor.model, tuple(config.critic.hidden_sizes)
+    if model.kind == "vla":
+        from trainer.models.vla.value_head import VLAValueHead
+
+        return VLAValueHead(policy, hidden)  # type: ignore[arg-type]
+    return ValueCritic(build_encoder(model.kind, obs_shape, hidden, model.activation))
+
+
 def build_components(
     config: ExperimentConfig,
     generator: torch.Generator,
@@ -181,12 +195,7 @@ def build_components(
     if problems:
         raise ConfigError(problems)
     policy = build_policy(config, env.obs_shape, env.action_dim, env.vision_language)
-    critic = None
-    if algorithm_config.name == "ppo":
-        critic_hidden = tuple(config.critic.hidden_sizes)
-        critic = ValueCritic(
-            build_encoder(model.kind, env.obs_shape, critic_hidden, model.activation)
-        )
+    critic = build_critic(config, policy, env.obs_shape) if algorithm_config.name == "ppo" else None
     algorithm = ALGORITHMS[algorithm_config.name](
         policy,
         critic,

@@ -172,8 +172,11 @@ def test_a_missing_or_incomplete_model_folder_is_a_config_error_naming_it(tiny, 
     assert "the model's config" not in message
     with pytest.raises(ConfigError, match="a vla model needs `path`"):
         load_config(EXAMPLE, ["actor.model.path=null"])
-    with pytest.raises(ConfigError, match="train it with grpo or rloo, not ppo"):
-        load_config(EXAMPLE, ["algorithm.name=ppo", "algorithm.group_size=1"])
+    with pytest.raises(ConfigError, match="algorithm.name: a vla has no Q-critic"):
+        load_config(EXAMPLE, ["algorithm.name=rlpd", "algorithm.group_size=1"])
+    with pytest.raises(ConfigError, match="actor.strategy: a vla's value head shares"):
+        load_config(EXAMPLE, ["algorithm.name=ppo", "algorithm.group_size=1",
+                              "actor.strategy=fsdp"])  # fmt: skip
 
 
 def test_grpo_trains_the_vla_from_the_example_and_resumes_from_its_checkpoint(tiny, tmp_path):
@@ -192,6 +195,43 @@ def test_grpo_trains_the_vla_from_the_example_and_resumes_from_its_checkpoint(ti
     state = load_checkpoint(checkpoint)
     assert state["iteration"] == 2
     resumed = OnPolicyRunner(vla_config(tiny, tmp_path, "runner.iterations=3"))
+    resumed.learn(resume=True)
+    assert resumed.iteration == 3
+
+
+def test_ppo_trains_a_value_head_on_the_policys_backbone_and_saves_it_apart(tiny, tmp_path):
+    config = vla_config(
+        tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1",
+        "env.num_parallel_envs=8", "actor.model.lora.rank=4", "runner.iterations=2",
+        "runner.checkpoint_every=2", "critic.hidden_sizes=[16]",
+    )  # fmt: skip
+    runner = OnPolicyRunner(config)
+    policy, critic = runner.algorithm.policy, runner.algorithm.critic
+    # The critic's own parameters are its query and head; the backbone is the policy's.
+    assert set(critic.state_dict()) == {"query", "head.0.weight", "head.0.bias",
+                                        "head.2.weight", "head.2.bias"}  # fmt: skip
+    env = BuiltinReachEnv(3, vision_language=True, image_size=IMAGE)
+    obs = env.reset(0, env.init_states(0)[:3])
+    critic(obs).sum().backward()
+    adapters = [p for n, p in policy.named_parameters() if "lora_" in n]
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in adapters)
+    assert not any(p.grad is not None for p in policy.action_head.parameters())
+    policy.zero_grad(), critic.zero_grad()
+    # One optimizer step moves the backbone once, whichever loss its gradient came from.
+    optimised = [p for group in runner.algorithm.optimizer.param_groups for p in group["params"]]
+    assert {id(p) for p in critic.parameters()} <= {id(p) for p in optimised}
+    assert len({id(p) for p in optimised}) == len(optimised)
+    history = runner.learn()
+    assert all(np.isfinite(row["losses/value_loss"]) for row in history)
+    state = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))["algorithm"]
+    assert set(state["critic"]) == set(critic.state_dict())
+    frozen = {n for n, p in policy.named_parameters() if not p.requires_grad}
+    assert frozen and not frozen & set(state["policy"])  # the base stays in its folder
+    resumed = OnPolicyRunner(vla_config(
+        tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1",
+        "env.num_parallel_envs=8", "actor.model.lora.rank=4", "runner.iterations=3",
+        "critic.hidden_sizes=[16]",
+    ))  # fmt: skip
     resumed.learn(resume=True)
     assert resumed.iteration == 3
 

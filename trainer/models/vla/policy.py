@@ -52,7 +52,7 @@ class VLAChunkPolicy(nn.Module):
         self.image_token_id = int(processor.image_token_id)
         self.base_folder = Path(backbone.name_or_path)
         self._base_fingerprint: str | None = None
-        width = backbone.get_input_embeddings().embedding_dim
+        self.width = width = backbone.get_input_embeddings().embedding_dim
         queries = max_horizon * action_dim
         self.queries = nn.Parameter(torch.randn(queries, width) * 0.02)
         self.horizon_embedding = nn.Embedding(max_horizon + 1, width)
@@ -86,6 +86,13 @@ class VLAChunkPolicy(nn.Module):
 
     def plan_logits(self, obs: torch.Tensor, horizons: torch.Tensor) -> torch.Tensor:
         """``[B, max_horizon, action_dim, num_bins]`` float32 logits of the plan."""
+        queries = self.queries.unsqueeze(0) + self.horizon_embedding(horizons.long()).unsqueeze(1)
+        logits = self.action_head(self.read_queries(obs, queries))
+        return logits.float().view(obs.shape[0], self.max_horizon, self.action_dim, -1)
+
+    def read_queries(self, obs: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        """The decoder's last hidden states ``[B, Q, width]`` at ``queries [B or 1, Q,
+        width]`` appended to the prompt ``[image tokens, instruction, proprio token]``."""
         images, proprio, task_ids = self.spec.unpack(obs)
         ids, mask = self.prompt_ids[task_ids], self.prompt_mask[task_ids]
         embeddings = self.backbone.get_input_embeddings()(ids)
@@ -94,19 +101,17 @@ class VLAChunkPolicy(nn.Module):
         image_slots = (ids == self.image_token_id).unsqueeze(-1)
         embeddings = embeddings.masked_scatter(image_slots, features.to(embeddings.dtype))
         batch = obs.shape[0]
-        queries = self.queries.unsqueeze(0) + self.horizon_embedding(horizons.long()).unsqueeze(1)
         parts = [embeddings]
         if self.proprio_projector is not None:
             parts.append(self.proprio_projector(proprio).unsqueeze(1).to(embeddings.dtype))
-        parts.append(queries.to(embeddings.dtype))
+        parts.append(queries.expand(batch, -1, -1).to(embeddings.dtype))
         inputs = torch.cat(parts, dim=1)
         mask = torch.cat([mask, mask.new_ones(batch, inputs.shape[1] - mask.shape[1])], dim=1)
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding: real tokens from 0
         hidden = self.backbone.get_decoder()(
             inputs_embeds=inputs, attention_mask=mask, position_ids=positions
         ).last_hidden_state
-        logits = self.action_head(hidden[:, -self.queries.shape[0] :])
-        return logits.float().view(batch, self.max_horizon, self.action_dim, -1)
+        return hidden[:, -queries.shape[1] :]
 
     # ----- the contract --------------------------------------------------------------
     @torch.no_grad()
