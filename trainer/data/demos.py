@@ -1,5 +1,6 @@
-"""Demonstrations for RLPD's demo buffer: one `.npz` file of transitions, and recording
-one from an action source (a scripted operator, or a human through the console).
+"""Demonstrations for RLPD's demo buffer: a `.npz` file of transitions or a LeRobot
+dataset folder (`trainer.data.lerobot_dataset`), and recording them from an action
+source (a scripted operator, or a human through the console).
 
 The file holds one array per transition field, all with the same first dimension:
 
@@ -14,30 +15,48 @@ The file holds one array per transition field, all with the same first dimension
 - `intervened` `[N]` bool, optional: a human chose the action (default: all true);
 
 plus `format_version` (a scalar, 1). `np.savez_compressed` writes it; `numpy.load`
-reads it anywhere.
+reads it anywhere. A dataset holds the same transitions as LeRobot frames, one episode
+after another; its episodes' last frames keep no true final observation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from trainer.data.demo_errors import DemoFileError
 from trainer.data.replay import TRANSITION_FIELDS, Batch, transition_batch
 from trainer.envs.intervention import ActionSource, InterventionEnv
 from trainer.envs.vector_env import VectorEnv
+from trainer.envs.vision_language import VisionLanguageSpec
 
 FORMAT_VERSION = 1
 REQUIRED = ("obs", "action", "reward", "next_obs", "terminal")
 
 
-class DemoFileError(ValueError):
-    """A demo file that cannot be used; the message names the file and the array."""
-
-
-def save_demos(path: str | Path, demos: Batch) -> Path:
+def save_demos(
+    path: str | Path,
+    demos: Batch,
+    vision_language: VisionLanguageSpec | None = None,
+    fps: int | None = None,
+    task_ids: torch.Tensor | None = None,
+    task_names: Sequence[str] | None = None,
+) -> Path:
+    """Write `demos` to `path`: a `.npz` file when the name ends so, else a LeRobot
+    dataset folder (replacing a dataset there), whose vision-language rows
+    `vision_language` splits into pictures, proprio and instruction; `fps` (default
+    `lerobot_dataset.DEFAULT_FPS`), `task_ids` and `task_names` are the dataset's
+    (`trainer.data.lerobot_dataset.write_dataset`)."""
     path = Path(path)
+    if path.suffix != ".npz":
+        # Imported here: pyarrow loads only where datasets are read or written.
+        from trainer.data.lerobot_dataset import DEFAULT_FPS, write_dataset
+
+        fps = fps or DEFAULT_FPS
+        return write_dataset(path, demos, fps, vision_language, None, task_ids, task_names)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {name: demos[name].cpu().numpy() for name in TRANSITION_FIELDS if name in demos}
     with path.open("wb") as file:  # savez would append ".npz" to a name without it
@@ -45,9 +64,15 @@ def save_demos(path: str | Path, demos: Batch) -> Path:
     return path
 
 
-def load_demos(path: str | Path) -> Batch:
-    """The transitions of a demo file, checked against the format above."""
+def load_demos(path: str | Path, vision_language: VisionLanguageSpec | None = None) -> Batch:
+    """The transitions of a demo file, checked against the format above, or of a LeRobot
+    dataset folder (one with meta/info.json), whose pictures, proprio and instructions
+    `vision_language` packs into the env's rows."""
     path = Path(path)
+    if path.is_dir():
+        from trainer.data.lerobot_dataset import read_dataset
+
+        return read_dataset(path, vision_language)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
@@ -117,7 +142,7 @@ def _one_episode_each(
         running &= ~step.done
         obs = step.obs
     keep_copy = success if successful_only else torch.ones_like(success)
-    return [
-        {name: tensor[alive & keep_copy] for name, tensor in batch.items()}
-        for batch, alive in zip(steps, alive_at, strict=True)
-    ]
+    # One episode after another, each in time order, as a dataset stores them.
+    copy_index, step_index = (torch.stack(alive_at) & keep_copy).T.nonzero(as_tuple=True)
+    stacked = {name: torch.stack([batch[name] for batch in steps]) for name in steps[0]}
+    return [{name: tensor[step_index, copy_index] for name, tensor in stacked.items()}]

@@ -210,7 +210,7 @@ def build_components(
         start_policy_from(algorithm, Path(model.init_from))
     if algorithm_config.name == "bc":
         bc = algorithm_config.bc
-        demos = bc_demos(config, env.obs_shape, task_ids)
+        demos = bc_demos(config, env.obs_shape, task_ids, env.vision_language)
         horizons = list(config.rollout.action_horizons_pattern)
         algorithm.set_demos(demos, horizons, bc.batch_size, bc.updates_per_iteration)
     return Components(env=env, algorithm=algorithm, task_ids=task_ids)
@@ -243,8 +243,14 @@ def start_policy_from(algorithm: OnPolicyAlgorithm, where: Path) -> None:
     algorithm.policy_version += 1
 
 
-def bc_demos(config: ExperimentConfig, obs_shape: tuple[int, ...], task_ids: list[int]) -> Batch:
-    """The demo file bc imitates; on the built-in env, recorded first by the scripted
+def bc_demos(
+    config: ExperimentConfig,
+    obs_shape: tuple[int, ...],
+    task_ids: list[int],
+    vision_language: VisionLanguageSpec | None = None,
+) -> Batch:
+    """The demo file (or LeRobot dataset, whose frames `vision_language` packs into the
+    env's rows) bc imitates; on the built-in env, recorded first by the scripted
     operator when `scripted_episodes` asks and the file is not there."""
     bc = config.algorithm.bc
     assert bc.demos is not None  # the config's consistency rules
@@ -254,9 +260,9 @@ def bc_demos(config: ExperimentConfig, obs_shape: tuple[int, ...], task_ids: lis
         env = make_vector_env(config.env.name, num_envs=copies, **env_options(config))
         operator = ScriptedReachOperator(copies, state=env.state_observation)  # type: ignore[attr-defined]
         rounds = -(-bc.scripted_episodes // copies)
-        save_demos(path, record_demos(env, operator, task_ids, rounds=rounds))
+        save_demos(path, record_demos(env, operator, task_ids, rounds=rounds), env.vision_language)
     try:
-        demos = load_demos(path)
+        demos = load_demos(path, vision_language)
     except (DemoFileError, FileNotFoundError) as error:
         raise ConfigError.single("algorithm.bc.demos", str(error)) from None
     if tuple(demos["obs"].shape[1:]) != tuple(obs_shape):

@@ -183,7 +183,9 @@ class RLPDRunner(TrainingLoop):
         if not path:
             return 0
         try:
-            demos = load_demos(path)
+            # A dataset's pictures pack into the env's rows as its copies pack theirs.
+            vision_language = self.env.vision_language if self.env is not None else None
+            demos = load_demos(path, vision_language)
         except DemoFileError as error:
             raise ConfigError.single("algorithm.rlpd.demos", str(error)) from None
         shapes = {"obs": self.obs_shape, "action": (self.action_dim,)}

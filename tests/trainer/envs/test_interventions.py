@@ -77,7 +77,7 @@ def test_a_time_out_keeps_its_true_final_observation_and_is_not_terminal():
 def test_a_demo_file_round_trips(tmp_path):
     env = BuiltinReachEnv(4, seed=0)
     demos = record_demos(env, ScriptedReachOperator(4), task_ids=[0, 3], rounds=2)
-    path = save_demos(tmp_path / "reach.demos", demos)
+    path = save_demos(tmp_path / "reach.npz", demos)  # another name writes a LeRobot dataset
     loaded = load_demos(path)
     assert set(loaded) == set(demos)
     for name in demos:
