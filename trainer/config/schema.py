@@ -289,7 +289,7 @@ class RLPDConfig(Section):
         20_000, description="Demo buffer size (demos, then interventions)."
     )
     demos: str | None = Field(
-        None, description="A .npz demo file (trainer/data/demos.py) loaded at the start."
+        None, description="A demo file (.npz) or LeRobot v3.0 dataset folder loaded at the start."
     )
     updates_per_step: PositiveInt = Field(
         1,
@@ -350,7 +350,7 @@ class RLPDConfig(Section):
 
 class BCConfig(Section):
     demos: str | None = Field(
-        None, description="bc: the demo file (trainer/data/demos.py) the policy imitates."
+        None, description="bc: the demo file (.npz) or LeRobot dataset folder the policy imitates."
     )
     scripted_episodes: int = Field(
         0,
