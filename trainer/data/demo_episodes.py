@@ -28,7 +28,7 @@ def split_episodes(demos: Batch) -> list[torch.Tensor]:
     waiting: dict[bytes, deque[int]] = {}  # an observation -> the episodes waiting for it
     members: list[list[int]] = []
     for row in range(obs.shape[0]):
-        queue = waiting.get(_digest(obs[row]))
+        queue = waiting.get(row_key(obs[row]))
         if queue:
             episode = queue.popleft()
         else:
@@ -36,9 +36,10 @@ def split_episodes(demos: Batch) -> list[torch.Tensor]:
             members.append([])
         members[episode].append(row)
         if not bool(terminal[row]):
-            waiting.setdefault(_digest(next_obs[row]), deque()).append(episode)
+            waiting.setdefault(row_key(next_obs[row]), deque()).append(episode)
     return [torch.tensor(rows, dtype=torch.long) for rows in members]
 
 
-def _digest(row: torch.Tensor) -> bytes:
+def row_key(row: torch.Tensor) -> bytes:
+    """A row's identity by its bytes, in 16 bytes however large the row."""
     return hashlib.blake2b(row.contiguous().numpy().tobytes(), digest_size=16).digest()

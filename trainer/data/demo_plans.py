@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from trainer.data.demo_episodes import row_key
 from trainer.data.replay import Batch
 
 
@@ -21,9 +22,9 @@ def successors(demos: Batch) -> torch.Tensor:
     obs, next_obs = demos["obs"], demos["next_obs"]
     first_row_of = {}
     for index in range(obs.shape[0] - 1, -1, -1):  # the first row wins a tie
-        first_row_of[obs[index].numpy().tobytes()] = index
+        first_row_of[row_key(obs[index])] = index
     following = [
-        -1 if bool(demos["terminal"][index]) else first_row_of.get(row.numpy().tobytes(), -1)
+        -1 if bool(demos["terminal"][index]) else first_row_of.get(row_key(row), -1)
         for index, row in enumerate(next_obs)
     ]
     return torch.tensor(following, dtype=torch.long)
