@@ -121,6 +121,28 @@ def run_row(var_dir, run_id: int) -> dict:
         return dict(row) if row else {}
 
 
+def run_story(var_dir, run_id: int, log_path) -> str:
+    """What a failure needs to say: the run's row, its events and the end of `up`'s log."""
+    with sqlite3.connect(var_dir / "armature.sqlite3") as db:
+        events = db.execute(
+            "select kind, message from runs_runevent where run_id = ? order by id", (run_id,)
+        ).fetchall()
+    log_tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+    return f"run: {run_row(var_dir, run_id)}\nevents: {events}\nup's log:\n{log_tail}"
+
+
+def wait_for_end(var_dir, run_id: int, timeout_s: float, log_path) -> dict:
+    """The run's row once it has left the active states; a timeout tells its story."""
+    active = {"queued", "submitting", "running"}
+    try:
+        wait_until(lambda: run_row(var_dir, run_id)["state"] not in active, timeout_s, "", 1)
+    except TimeoutError:
+        pytest.fail(
+            f"the run is still active after {timeout_s} s\n" + run_story(var_dir, run_id, log_path)
+        )
+    return run_row(var_dir, run_id)
+
+
 def metrics_lines(var_dir, run_id: int) -> list[dict]:
     path = var_dir / "artifacts" / f"run-{run_id}" / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -177,7 +199,10 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
         status, resumed = web.api("POST", f"runs/{run_id}/resume")
         assert status == 202, resumed
         assert resumed["attempt"] == 2
-        wait_until(lambda: run_row(var_dir, run_id)["state"] == "succeeded", 240, "the run", 1)
+        finished = wait_for_end(var_dir, run_id, 240, tmp_path / "up-again.log")
+        assert finished["state"] == "succeeded", run_story(
+            var_dir, run_id, tmp_path / "up-again.log"
+        )
         iterations = [line["iteration"] for line in metrics_lines(var_dir, run_id)]
         assert iterations == list(range(1, 61))  # continued from the checkpoint, no gap
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
