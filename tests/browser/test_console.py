@@ -1,7 +1,8 @@
 """In Chromium: an operator opens the console of a running RLPD run on the built-in env,
 takes a simulated robot over, drives it with the keys and releases it; the audit lists
-the takeover, the learner's demo buffer holds exactly the intervened transitions, and
-the run page's intervention-rate chart draws them."""
+the takeover, the learner's demo buffer holds exactly the intervened transitions, the
+run's folder holds them as a LeRobot dataset, and the run page's intervention-rate
+chart draws them."""
 
 import math
 
@@ -12,9 +13,11 @@ from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from controlplane.experiments.services import create_experiment
+from controlplane.runs.artifacts import run_artifact_dir
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
 from tests.processes import wait_until
+from trainer.data.demos import load_demos
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -107,6 +110,9 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     assert len(intervened) == ITERATIONS and sum(intervened) > 0
     assert values(run, "buffers/demo")[-1] == sum(intervened)
     assert sum(intervened) <= takeover.data["steps"]
+    # ... and the run's folder keeps them as a LeRobot dataset, a demo source for SFT.
+    recorded = load_demos(run_artifact_dir(run.pk) / "interventions")
+    assert len(recorded["action"]) == sum(intervened) and recorded["intervened"].all()
 
     page.goto(f"{page.stack.url}/console/audit/")
     row = page.locator("#takeovers tbody tr").first

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
+from trainer.data.intervention_record import InterventionRecord
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class RLPDAlgorithm:
         self.learner = RLPDLearner(obs_shape, action_dim, settings, self.device, precision)
         self.online = ReplayBuffer(rlpd.online_capacity, self.device)
         self.demo = ReplayBuffer(rlpd.demo_capacity, self.device)
+        # The operators' transitions as they were made, whatever the demo buffer keeps.
+        self.interventions = InterventionRecord()
         self.sampler = MixedSampler(
             self.online, self.demo, rlpd.batch_size, rlpd.demo_fraction, rlpd.training_starts
         )
@@ -83,8 +86,9 @@ class RLPDAlgorithm:
         ]
         return dict(zip(keys, torch.stack(means).tolist(), strict=True)) if keys else {}
 
-    def start_iteration(self) -> None:
+    def start_iteration(self, task_id: int) -> None:
         self.update_metrics, self.update_seconds = [], 0.0
+        self.interventions.task_id = task_id
 
     def take_step(self, rows: dict[str, torch.Tensor]) -> None:
         """One env step's transitions (of the copies still in their episode) into the
@@ -92,6 +96,7 @@ class RLPDAlgorithm:
         `num_envs` stored transitions, so the update-to-data ratio is per transition, as
         RLPD defines it, however many copies are still stepping."""
         add_transitions(self.online, self.demo, rows)
+        self.interventions.add(rows)
         if not self.sampler.ready():
             self.owed_updates = 0.0
             return
@@ -130,8 +135,14 @@ class RLPDAlgorithm:
 
     # ----- checkpoints -------------------------------------------------------------
     def buffers_state(self) -> dict[str, Any]:
-        return {"online": self.online.state_dict(), "demo": self.demo.state_dict()}
+        return {
+            "online": self.online.state_dict(),
+            "demo": self.demo.state_dict(),
+            "interventions": self.interventions.state_dict(),
+        }
 
     def load_buffers(self, state: dict[str, Any]) -> None:
         self.online.load_state_dict(state["online"])
         self.demo.load_state_dict(state["demo"])
+        if "interventions" in state:  # snapshots from before the record have none
+            self.interventions.load_state_dict(state["interventions"])

@@ -9,6 +9,8 @@ frame per transition, with the feature names LeRobot's own recorders use:
 - `observation.state` float32: the whole observation of a state env; the proprio of a
   vision-language row, whose pictures are `observation.images.camera0`, `camera1`, ...
   (`image` features, `[H, W, C]` uint8) and whose instruction is the frame's task;
+- `observation.images.camera0` alone: the whole observation of an image env (its
+  `[C, H, W]` rows; no state);
 - `action` float32; `next.reward` float32 `[1]`;
 - `next.done` bool `[1]`: the episode ends after this step (success or time-out), as
   LeRobot's HIL-SERL recorder (lerobot/rl/gym_manipulator.py) writes it;
@@ -89,11 +91,16 @@ def write_dataset(
     features: dict[str, dict] = {}
     if vision_language is not None:
         tasks = _picture_columns(rows["obs"], vision_language, columns, features)
+    elif rows["obs"].dim() == 4:  # an image env's [C, H, W] rows: one camera, no state
+        name = CAMERA.format(index=0)
+        columns[name] = _uint8(rows["obs"]).permute(0, 2, 3, 1).contiguous().numpy()
+        features[name] = image_feature(*columns[name].shape[1:])
+        tasks = _state_tasks(order, count, task_ids, task_names)
     else:
         if rows["obs"].dim() != 2:
             raise ValueError(
                 f"obs rows of shape {tuple(rows['obs'].shape[1:])}: without a "
-                "vision_language spec only state vectors are written"
+                "vision_language spec, state vectors or [C, H, W] images are written"
             )
         columns[STATE] = rows["obs"].float().numpy()
         features[STATE] = vector_feature(columns[STATE].shape[1])
@@ -123,7 +130,7 @@ def _picture_columns(
     outside = sorted(set(task_ids.tolist()) - set(range(len(spec.instructions))))
     if outside:
         raise ValueError(f"task ids {outside} in the rows, the env has {len(spec.instructions)}")
-    pictures = images.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
+    pictures = _uint8(images)
     for camera in range(spec.num_images):
         name = CAMERA.format(index=camera)
         columns[name] = pictures[:, camera].permute(0, 2, 3, 1).contiguous().numpy()
@@ -131,6 +138,13 @@ def _picture_columns(
     columns[STATE] = proprio.contiguous().numpy()
     features[STATE] = vector_feature(spec.proprio_dim)
     return [spec.instructions[task] for task in task_ids.tolist()]
+
+
+def _uint8(images: torch.Tensor) -> torch.Tensor:
+    """Pictures as uint8: floats in [0, 1] scaled, uint8 (the buffers' rows) as they are."""
+    if images.dtype == torch.uint8:
+        return images
+    return images.float().mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
 
 
 def _state_tasks(
@@ -154,29 +168,36 @@ def read_dataset(folder: str | Path, vision_language: VisionLanguageSpec | None 
     the task id whose instruction is the frame's task."""
     folder = Path(folder)
     features = read_info(folder)["features"]
-    missing = [name for name in (STATE, ACTION) if name not in features]
+    cameras = [name for name, feature in features.items() if feature["dtype"] in CAMERA_DTYPES]
+    # An image env's rows: one camera and no state.
+    image_rows = vision_language is None and STATE not in features and len(cameras) == 1
+    needed = (ACTION,) if image_rows else (STATE, ACTION)
+    missing = [name for name in needed if name not in features]
     if missing:
         raise DemoFileError(
-            f"{folder}: no feature {', '.join(missing)} (demos need {STATE} and {ACTION})"
+            f"{folder}: no feature {', '.join(missing)} (demos need {ACTION}, and "
+            f"{STATE} or, for an image env's rows, one camera)"
         )
-    cameras = [name for name, feature in features.items() if feature["dtype"] in CAMERA_DTYPES]
     if vision_language is not None:
         _check_cameras(folder, features, cameras, vision_language)
-    else:
+    elif not image_rows:
         cameras = []  # a state env's rows have no pictures
     optional = [name for name in OPTIONAL_FEATURES if name in features]
-    frames = read_frames(folder, [STATE, ACTION, *cameras, *optional])
+    state_names = [] if image_rows else [STATE]
+    frames = read_frames(folder, [*state_names, ACTION, *cameras, *optional])
     columns = frames.columns
     count = len(columns["index"])
     if count == 0:
         raise DemoFileError(f"{folder}: the dataset has no frames")
     episode = columns["episode_index"]
     last = np.append(episode[1:] != episode[:-1], True)
-    state = torch.from_numpy(columns[STATE].astype(np.float32).reshape(count, -1))
-    if vision_language is not None:
+    if image_rows:  # [N, H, W, C] uint8 -> [N, C, H, W], as the buffers keep them
+        obs = torch.from_numpy(np.ascontiguousarray(columns[cameras[0]])).permute(0, 3, 1, 2)
+    elif vision_language is not None:
+        state = torch.from_numpy(columns[STATE].astype(np.float32).reshape(count, -1))
         obs = _packed_rows(folder, frames.tasks, columns, cameras, state, vision_language)
     else:
-        obs = state
+        obs = torch.from_numpy(columns[STATE].astype(np.float32).reshape(count, -1))
     following = np.arange(count) + 1
     following[last] = np.flatnonzero(last)  # the last frame's next observation is its own
     per_frame = {name: columns[name].reshape(count, -1)[:, 0] for name in optional}

@@ -33,6 +33,7 @@ from trainer.algorithms.rlpd_algorithm import RLPDAlgorithm
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.data.demos import DemoFileError, load_demos
+from trainer.data.intervention_record import INTERVENTIONS_DIR
 from trainer.data.replay import compact_images
 from trainer.data.samplers import InitStateSampler, TaskCursor
 from trainer.devices import device_metrics, gpu_rng_state, load_gpu_rng_state
@@ -206,7 +207,7 @@ class RLPDRunner(TrainingLoop):
         task_id = self.task_cursor.current()
         indices = self.init_states.take(task_id, self.num_envs)
         algorithm = self.algorithm
-        algorithm.start_iteration()
+        algorithm.start_iteration(task_id)
         started = time.monotonic()
         stats = self.collector.collect(task_id, indices, algorithm)
         elapsed = time.monotonic() - started
@@ -292,14 +293,29 @@ class RLPDRunner(TrainingLoop):
         return {} if generator is self.generator else {"batch_rng": generator.get_state()}
 
     def save_beside(self, final: bool) -> None:
-        """Both buffers, at the end, at a stop, and every `buffer_snapshot_every`."""
+        """Both buffers, at the end, at a stop, and every `buffer_snapshot_every`; with
+        them the operators' transitions as a LeRobot dataset."""
         every = self.config.algorithm.rlpd.buffer_snapshot_every
         if not (final or every == 0 or self.iteration % every == 0):
             return
+        self._write_interventions()
         path = save_checkpoint(self.buffer_dir, self.iteration, self.algorithm.buffers_state())
         for older in self.buffer_dir.glob("iter_*.pt"):  # one snapshot is enough
             if older != path:
                 older.unlink()
+
+    def _write_interventions(self) -> None:
+        env, interventions = self.env, self.config.env.interventions
+        if env is None:  # placed copies: their env's names and pictures are theirs
+            vision_language, task_name = None, (lambda task: f"task {task}")
+        else:
+            vision_language, task_name = env.vision_language, env.task_name
+        console = interventions.source == "console"
+        fps = max(1, round(interventions.control_hz)) if console else None
+        folder = self.output_dir / INTERVENTIONS_DIR
+        record = self.algorithm.interventions
+        if record.write(folder, vision_language, task_name, fps):
+            log.info("%d intervened transitions written to %s", len(record), folder)
 
     def load_state(self, state: dict[str, Any], path: Path) -> None:
         self.iteration = state["iteration"]

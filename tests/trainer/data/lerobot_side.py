@@ -10,7 +10,7 @@ imports nothing of the project: only the standard library, numpy and lerobot.
         opens ROOT with LeRobotDataset(repo_id, root=ROOT) and writes every frame's
         features to OUT.npz (images back to HWC uint8, `task` as strings), and what
         LeRobot's RL replay buffer (ReplayBuffer.from_lerobot_dataset) makes of the
-        state: `buffer.next_state`, `buffer.done`, `buffer.reward`.
+        state, where there is one: `buffer.next_state`, `buffer.done`, `buffer.reward`.
 """
 
 from __future__ import annotations
@@ -62,12 +62,13 @@ def read(root: str, out_path: str) -> None:
             arrays[name] = np.stack([np.asarray(value) for value in values])
     arrays["info.fps"] = np.array(dataset.fps)
     arrays["info.total_episodes"] = np.array(dataset.meta.total_episodes)
-    buffer = ReplayBuffer.from_lerobot_dataset(
-        dataset, device="cpu", state_keys=["observation.state"], use_drq=False
-    )
-    arrays["buffer.next_state"] = buffer.next_states["observation.state"][: len(buffer)].numpy()
-    arrays["buffer.done"] = buffer.dones[: len(buffer)].numpy()
-    arrays["buffer.reward"] = buffer.rewards[: len(buffer)].numpy()
+    if "observation.state" in dataset.meta.features:  # the RL buffer keeps states
+        buffer = ReplayBuffer.from_lerobot_dataset(
+            dataset, device="cpu", state_keys=["observation.state"], use_drq=False
+        )
+        arrays["buffer.next_state"] = buffer.next_states["observation.state"][: len(buffer)].numpy()
+        arrays["buffer.done"] = buffer.dones[: len(buffer)].numpy()
+        arrays["buffer.reward"] = buffer.rewards[: len(buffer)].numpy()
     np.savez(out_path, **arrays)
 
 

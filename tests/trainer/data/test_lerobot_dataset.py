@@ -17,6 +17,7 @@ import torch
 
 from trainer.data.demo_episodes import split_episodes
 from trainer.data.demos import DemoFileError, load_demos, record_demos, save_demos
+from trainer.data.intervention_record import InterventionRecord
 from trainer.data.lerobot_dataset import read_dataset, write_dataset
 from trainer.envs.builtin_reach import INSTRUCTIONS, TASK_NAMES, BuiltinReachEnv
 from trainer.envs.intervention import ScriptedReachOperator
@@ -101,6 +102,31 @@ def test_vision_language_demos_round_trip_as_pictures_proprio_and_instructions(
     loaded = load_demos(folder, spec)
     assert_same_transitions(loaded, vla_demos)
     assert set(spec.unpack(loaded["obs"])[2].tolist()) == {0, 4}
+
+
+def image_demos() -> dict:
+    """State demos seen through a camera: each state drawn as its own [3, 8, 8] uint8
+    picture (a fixed projection), so episodes chain as the states do."""
+    demos, _ = state_demos(max_episode_steps=5)
+    projection = torch.randn(
+        demos["obs"].shape[1], 3 * 8 * 8, generator=torch.Generator().manual_seed(0)
+    )
+
+    def picture(rows: torch.Tensor) -> torch.Tensor:
+        return (rows @ projection).mul(40).add(128).clamp(0, 255).to(torch.uint8).view(-1, 3, 8, 8)
+
+    return {**demos, "obs": picture(demos["obs"]), "next_obs": picture(demos["next_obs"])}
+
+
+def test_an_image_envs_rows_round_trip_as_one_camera(tmp_path):
+    demos = image_demos()
+    folder = save_demos(tmp_path / "pictures", demos)
+    features = json.loads((folder / "meta/info.json").read_text())["features"]
+    assert features["observation.images.camera0"]["shape"] == [8, 8, 3]
+    assert "observation.state" not in features
+    read = load_demos(folder)
+    assert read["obs"].dtype == torch.uint8 and read["obs"].shape[1:] == (3, 8, 8)
+    assert_same_transitions(read, demos)
 
 
 def test_rows_of_interleaved_copies_are_written_as_whole_episodes(tmp_path):
@@ -349,3 +375,29 @@ def test_lerobot_opens_the_datasets_the_project_writes(tmp_path, lerobot_python,
     # LeRobot's RL replay buffer takes the same next states as the project's reader.
     assert np.array_equal(theirs["buffer.next_state"], spec.unpack(ours["next_obs"])[1].numpy())
     assert np.array_equal(theirs["buffer.done"], theirs["next.done"])
+
+
+@pytest.mark.lerobot
+def test_lerobot_opens_recorded_interventions_and_an_image_envs_rows(tmp_path, lerobot_python):
+    demos, task_ids = state_demos(max_episode_steps=5)
+    record = InterventionRecord()
+    for task in (0, 4):  # an operator drove every other row, the policy the rest
+        rows = {name: tensor[task_ids == task] for name, tensor in demos.items()}
+        rows["intervened"] = torch.arange(len(rows["obs"])) % 2 == 0
+        record.task_id = task
+        record.add(rows)
+    folder = record.write(tmp_path / "interventions", None, TASK_NAMES.__getitem__, fps=20)
+    kept, kept_tasks = record.transitions()
+    order = torch.cat(split_episodes(kept))
+    run_lerobot(lerobot_python, tmp_path, "read", folder, tmp_path / "theirs.npz")
+    with np.load(tmp_path / "theirs.npz") as data:
+        assert np.array_equal(data["observation.state"], kept["obs"][order].numpy())
+        assert np.array_equal(data["action"], kept["action"][order].numpy())
+        assert data["complementary_info.is_intervention"].all()
+        assert data["task"].tolist() == [TASK_NAMES[task] for task in kept_tasks[order].tolist()]
+    pictures = image_demos()
+    folder = save_demos(tmp_path / "pictures", pictures)
+    run_lerobot(lerobot_python, tmp_path, "read", folder, tmp_path / "pictures.npz")
+    with np.load(tmp_path / "pictures.npz") as data:
+        theirs = data["observation.images.camera0"]
+    assert np.array_equal(theirs, pictures["obs"].permute(0, 2, 3, 1).numpy())

@@ -12,7 +12,9 @@ import torch
 from tests.policy_alone import success_alone
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
-from trainer.data.demos import record_demos, save_demos
+from trainer.data.demo_episodes import split_episodes
+from trainer.data.demos import load_demos, record_demos, save_demos
+from trainer.data.lerobot_format import read_frames
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.envs.intervention import ScriptedReachOperator
 from trainer.runner.rlpd_runner import RLPDRunner
@@ -68,6 +70,43 @@ def test_scripted_interventions_speed_learning_up(tmp_path):
     assert len(assisted.algorithm.demo) == sum(row["interventions/steps"] for row in history) > 0
     assert assisted.algorithm.demo.ordered()["intervened"].all()
     assert 0 < history[-1]["interventions/rate"] < 1
+    # ... and the run's folder holds them as a LeRobot dataset.
+    recorded = load_demos(tmp_path / "a/interventions")
+    assert torch.equal(recorded["action"], episode_by_episode(assisted.algorithm.demo.ordered()))
+    assert recorded["intervened"].all()
+
+
+def episode_by_episode(rows: dict) -> torch.Tensor:
+    """The actions of `rows` in a dataset's order: each episode's steps together."""
+    return rows["action"][torch.cat(split_episodes(rows))]
+
+
+def test_interventions_outlive_their_run_as_a_dataset_that_resumes_and_feeds_another(tmp_path):
+    operator = ["env.interventions.source=scripted", "env.interventions.share=0.5",
+                "algorithm.rlpd.training_starts=100000", "env.task_ids=[0,1]"]  # fmt: skip
+    first = trained(tmp_path / "run", 2, *operator)
+    folder = tmp_path / "run/interventions"
+    made = first.algorithm.interventions.transitions()[0]
+    assert torch.equal(load_demos(folder)["action"], episode_by_episode(made))
+    info = json.loads((folder / "meta/info.json").read_text())
+    assert info["total_frames"] == len(made["obs"]) and info["fps"] == 20
+    env = BuiltinReachEnv(1)  # one iteration on each task, each frame named by its own
+    assert set(read_frames(folder, ["action"]).tasks) == {env.task_name(0), env.task_name(1)}
+    # Resumed, the run goes on recording after what it had; the dataset holds both.
+    config = load_config(EXAMPLE, [*QUIET, "runner.iterations=3",
+                                   f"runner.output_dir={tmp_path / 'run'}", *operator])  # fmt: skip
+    resumed = RLPDRunner(config)
+    resumed.learn(resume=True)
+    both = resumed.algorithm.interventions.transitions()[0]
+    assert torch.equal(both["obs"][: len(made["obs"])], made["obs"])
+    assert len(both["obs"]) > len(made["obs"])
+    assert torch.equal(load_demos(folder)["action"], episode_by_episode(both))
+    # Another run takes them as its demos.
+    other = RLPDRunner(load_config(EXAMPLE, [*QUIET, "runner.iterations=1",
+                                             f"runner.output_dir={tmp_path / 'other'}",
+                                             f"algorithm.rlpd.demos={folder}"]))  # fmt: skip
+    assert other.demos_loaded == len(both["obs"])
+    other.close()
 
 
 def test_a_resumed_run_continues_exactly_with_its_buffers(tmp_path, demo_file):
