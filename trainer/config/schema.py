@@ -64,6 +64,60 @@ class InterventionConfig(Section):
     )
 
 
+class SafetyBoxConfig(Section):
+    xyz_low: list[float] = Field(min_length=3, max_length=3, description="Lowest x, y, z (m).")
+    xyz_high: list[float] = Field(min_length=3, max_length=3, description="Highest x, y, z (m).")
+    rpy_low: list[float] = Field(
+        [0.0, -3.1416, -3.1416],
+        min_length=3,
+        max_length=3,
+        description="Lowest |roll|, pitch, yaw (rad; roll bounds |roll|, as HIL-SERL's box).",
+    )
+    rpy_high: list[float] = Field(
+        [3.1416, 3.1416, 3.1416],
+        min_length=3,
+        max_length=3,
+        description="Highest |roll|, pitch, yaw (rad).",
+    )
+
+
+class RobotConfig(Section):
+    name: str | None = Field(None, description="The arm's name in the console; null: arm-<n>.")
+    robot_ip: str | None = Field(
+        None, description="The SERL robot server's host (the inventory's robot_ip)."
+    )
+    port: int = Field(5000, ge=1, le=65535, description="The SERL robot server's port.")
+    url: str | None = Field(None, description="The server's URL; null: http://robot_ip:port/.")
+    safety_box: SafetyBoxConfig = Field(description="Where the end effector may be sent.")
+    action_scale: list[float] = Field(
+        [0.01, 0.06, 1.0],
+        min_length=3,
+        max_length=3,
+        description="Metres, radians and gripper units per action unit (HIL-SERL's).",
+    )
+    control_hz: float = Field(10.0, gt=0, description="Actions sent per second.")
+    timeout_s: float = Field(
+        0.5, gt=0, description="Deadline of every request; a silent server is a lost link."
+    )
+    reset_pose: list[float] | None = Field(
+        None,
+        min_length=7,
+        max_length=7,
+        description="Pose every episode starts from (xyz + quaternion xyzw); null: where it is.",
+    )
+    joint_reset: bool = Field(False, description="Home the joints (/jointreset) on every reset.")
+    cameras: dict[str, str] = Field(
+        {}, description="Camera name -> MJPEG stream or snapshot URL, shown in the console."
+    )
+
+
+class RealRobotEnvConfig(Section):
+    task: str = Field("the operator's task", description="What the arms are doing (its name).")
+    robots: list[RobotConfig] = Field(
+        [], description="One entry per arm: one env copy each (env.name: real_robot)."
+    )
+
+
 class EnvConfig(Section):
     name: str = Field("builtin_reach", description="Env family from trainer.envs' registry.")
     suite: str | None = Field(
@@ -90,6 +144,9 @@ class EnvConfig(Section):
         ge=0,
         description="Env worker processes the copies are split over; 0 steps them in the "
         "trainer's process (best for the built-in env, which is vectorised in torch).",
+    )
+    real_robot: RealRobotEnvConfig = Field(
+        RealRobotEnvConfig(), description="env.name real_robot: the arms behind SERL servers."
     )
     camera: bool = Field(
         False,
@@ -168,6 +225,13 @@ class ModelConfig(Section):
     )
     num_bins: int = Field(
         256, ge=2, le=4096, description="VLA: discrete bins per action dim (action tokens)."
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="VLA: the rollout's sampling temperature (logits / temperature); the "
+        "log-probs are the tempered policy's. Below 1 explores near the most likely "
+        "plan; behaviour cloning and deterministic plans are unaffected.",
     )
     action_bounds: list[float] = Field(
         [-1.0, 1.0],

@@ -13,6 +13,15 @@ from trainer.envs.subproc_vector_env import SubprocVectorEnv
 from trainer.envs.vector_env import VectorEnv
 
 EnvFactory = Callable[..., VectorEnv]
+
+
+def _real_robot_env(**options: Any) -> VectorEnv:
+    # Imported when built: requests and scipy load only where arms are driven.
+    from trainer.envs.real_robot import RealRobotEnv
+
+    return RealRobotEnv(**options)
+
+
 # Runs in the trainer's process before any worker starts, so a missing optional
 # dependency is one clear error instead of a traceback from every worker.
 RequirementCheck = Callable[[], None]
@@ -21,6 +30,8 @@ _FACTORIES: dict[str, EnvFactory] = {
     "builtin_reach": BuiltinReachEnv,
     # The module imports LIBERO only when an env is built: it stays optional.
     "libero": LiberoVectorEnv,
+    # Arms behind SERL robot servers (HIL-SERL's franka_server.py).
+    "real_robot": _real_robot_env,
 }
 _CHECKS: dict[str, RequirementCheck] = {"libero": check_libero_installed}
 

@@ -98,6 +98,9 @@ def env_options(config: ExperimentConfig) -> dict[str, Any]:
         only_some["image_size"] = config.env.image_size
     if config.actor.model.kind == "vla":
         only_some["vision_language"] = True
+    if config.env.name == "real_robot":
+        real = config.env.real_robot
+        only_some.update(task=real.task, robots=[robot.model_dump() for robot in real.robots])
     return {
         "max_episode_steps": config.env.max_episode_steps,
         "init_states_per_task": config.env.init_states_per_task,

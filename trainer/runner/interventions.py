@@ -41,7 +41,13 @@ def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> In
         TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
                        settings.control_hz, settings.real_time),
     )  # fmt: skip
-    robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
+    drivers = getattr(env, "drivers", None)  # real arms (trainer.envs.real_robot)
+    if drivers is not None:
+        from trainer.envs.real_robot import RobotConsoleView  # requests, scipy: arms only
+
+        robots = [RobotConsoleView(d, c) for d, c in zip(drivers, env.cameras, strict=True)]
+    else:
+        robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
     wrapped = InterventionEnv(env, source)
     wrapped.console = ConsoleBridge(link, source, robots, lambda: wrapped.current_task_name)
     return wrapped

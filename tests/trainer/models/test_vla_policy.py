@@ -99,6 +99,14 @@ def test_sampled_log_probs_equal_the_recomputed_ones_for_every_chunk_and_horizon
             )
             torch.testing.assert_close(recomputed, log_probs[:, start // 5], rtol=0, atol=1e-4)
             assert (entropy > 0).all() and recomputed.requires_grad
+    # Tempered, sampling and recomputing agree as exactly: both are the tempered policy's.
+    policy.temperature = 0.5
+    plan, tempered = policy.sample_plan(obs, horizons, steps=5, chunk=5)
+    recomputed, _ = policy.chunk_log_prob(obs, horizons, torch.zeros(6), plan)
+    torch.testing.assert_close(recomputed, tempered[:, 0], rtol=0, atol=1e-4)
+    untempered = policy.plan_logits(obs, horizons)[:, :5].log_softmax(-1)
+    tokens = policy.bins.tokens(plan)
+    assert (tempered[:, 0] != untempered.gather(-1, tokens.unsqueeze(-1)).sum((1, 2, 3))).all()
 
 
 def test_a_model_predicting_more_dims_than_the_env_takes_counts_only_the_envs(tiny, tmp_path):

@@ -51,8 +51,9 @@ def build_vla_policy(
     low, high = model.action_bounds
     bins = ActionBins(model.num_bins, [low] * model.action_dim, [high] * model.action_dim)
     policy = VLAChunkPolicy(
-        backbone, processor, spec, bins, model.action_dim, env_action_dim, max_horizon
-    )
+        backbone, processor, spec, bins, model.action_dim, env_action_dim, max_horizon,
+        model.temperature,
+    )  # fmt: skip
     if model.freeze_vision:
         policy.freeze_vision()
     return policy

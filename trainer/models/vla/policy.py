@@ -41,9 +41,14 @@ class VLAChunkPolicy(nn.Module):
         action_dim: int,
         env_action_dim: int,
         max_horizon: int,
+        temperature: float = 1.0,
     ) -> None:
+        """`temperature`: what the sampled tokens' logits are divided by; the log-probs
+        are the tempered policy's, so rollout and update agree exactly. Behaviour
+        cloning fits the untempered logits, and deterministic plans take the argmax."""
         super().__init__()
         check_action_dims(action_dim, env_action_dim)
+        self.temperature = temperature
         self.backbone = backbone
         self.spec = spec
         self.bins = bins
@@ -125,7 +130,7 @@ class VLAChunkPolicy(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A plan ``[B, steps, action_dim]`` of bin centres and the log-prob of each
         chunk of ``chunk`` actions over the env's dims ``[B, steps // chunk]``."""
-        log_probs = self.plan_logits(obs, horizons).log_softmax(-1)
+        log_probs = self._tempered(self.plan_logits(obs, horizons)).log_softmax(-1)
         if steps is not None:
             log_probs = log_probs[:, :steps]
         batch, plan_steps = log_probs.shape[:2]
@@ -150,7 +155,7 @@ class VLAChunkPolicy(nn.Module):
         """Log-prob and entropy, over the env's dims, of the chunk of actions that
         started at ``offsets`` in the plan made from ``plan_obs``."""
         chunk = chunk_actions.shape[1]
-        log_probs = self.plan_logits(plan_obs, horizons).log_softmax(-1)
+        log_probs = self._tempered(self.plan_logits(plan_obs, horizons)).log_softmax(-1)
         if chunk < self.max_horizon:
             steps = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
             index = steps[:, :, None, None].expand(-1, -1, *log_probs.shape[2:])
@@ -161,6 +166,9 @@ class VLAChunkPolicy(nn.Module):
         taken = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return taken.sum((1, 2)), entropy.sum((1, 2))
+
+    def _tempered(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits if self.temperature == 1.0 else logits / self.temperature
 
     def step_log_probs(
         self, obs: torch.Tensor, horizons: torch.Tensor, plans: torch.Tensor

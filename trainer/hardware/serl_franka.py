@@ -20,6 +20,7 @@ never hang a step, and a stale target is never sent after a gap.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,15 +110,18 @@ class SerlFranka:
         self.lost: str | None = "not connected"
         self.last_action: list[float] = []
         self.next_step_at = 0.0  # the control rate's clock (time.monotonic)
+        # The env steps the arm while the console may e-stop it: one request at a time.
+        self._lock = threading.Lock()
 
     # ----- the server's endpoints --------------------------------------------------
     def _post(self, endpoint: str, payload: dict | None = None) -> requests.Response:
         if self.lost is not None and endpoint != "getstate":
             raise RobotLinkLost(f"{self.name}: link lost ({self.lost}); connect() first")
         try:
-            response = self.session.post(
-                self.url + endpoint, json=payload, timeout=self.settings.timeout_s
-            )
+            with self._lock:
+                response = self.session.post(
+                    self.url + endpoint, json=payload, timeout=self.settings.timeout_s
+                )
             response.raise_for_status()
         except requests.RequestException as error:
             self.lost = f"{endpoint}: {type(error).__name__}"
@@ -156,7 +160,7 @@ class SerlFranka:
         return state
 
     def read_cameras(self) -> dict[str, np.ndarray]:
-        return {}  # the env reads the arm's cameras from their URLs (trainer.robots.url_camera)
+        return {}  # the env reads the arm's cameras from their URLs (trainer.hardware.url_camera)
 
     def send_action(self, action: Sequence[float]) -> None:
         """One control step: wait for the period's start, move the measured pose by the

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from tests.trainer.robots.fake_serl_server import HOME, FakeSerlServer
-from trainer.robots.serl_franka import RobotLinkLost, SafetyBox, SerlFranka, SerlSettings
+from tests.trainer.hardware.fake_serl_server import HOME, FakeSerlServer
+from trainer.hardware.serl_franka import RobotLinkLost, SafetyBox, SerlFranka, SerlSettings
 
 pytestmark = pytest.mark.timeout(60)
 

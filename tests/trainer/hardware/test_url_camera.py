@@ -4,8 +4,8 @@ endpoint's frame per read, and a camera that stops or is not there reported by n
 import pytest
 
 from tests.processes import wait_until
-from tests.trainer.robots.fake_camera import FakeCamera
-from trainer.robots.url_camera import CameraLost, UrlCamera
+from tests.trainer.hardware.fake_camera import FakeCamera
+from trainer.hardware.url_camera import CameraLost, UrlCamera
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,0 +1,132 @@
+"""Real arms as an env, against fake SERL robot servers and a fake MJPEG camera: every
+arm resets and steps at once, its state is the observation, every pose sent lies in its
+safety box, a dead server is a named env error the runner's recovery reaches again, the
+console sees each arm's camera and its e-stop reaches the arm, and an RLPD run trains
+on the arms from a config."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from tests.trainer.hardware.fake_camera import FakeCamera
+from tests.trainer.hardware.fake_serl_server import HOME, FakeSerlServer
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
+from trainer.envs.real_robot import OBS_DIM, RobotConsoleView
+from trainer.envs.registry import make_vector_env
+from trainer.envs.vector_env import EnvWorkerError
+from trainer.hardware.serl_franka import SafetyBox
+from trainer.runner.build import env_options
+from trainer.runner.rlpd_runner import RLPDRunner
+
+pytestmark = pytest.mark.timeout(120)
+
+BOX = {"xyz_low": [0.4, -0.1, 0.05], "xyz_high": [0.6, 0.1, 0.3],
+       "rpy_low": [2.8, -0.3, -0.5], "rpy_high": [3.1416, 0.3, 0.5]}  # fmt: skip
+
+
+@pytest.fixture
+def servers():
+    fakes = [FakeSerlServer().start() for _ in range(2)]
+    yield fakes
+    for fake in fakes:
+        fake.stop()
+
+
+def robots(servers, **extra) -> list[dict]:
+    return [
+        {"name": f"franka-{index}", "url": server.url, "safety_box": BOX, "control_hz": 100.0,
+         "timeout_s": 0.3, "action_scale": [0.02, 0.1, 1.0], "joint_reset": False,
+         "reset_pose": [0.5, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0], **extra}
+        for index, server in enumerate(servers)
+    ]  # fmt: skip
+
+
+def config(servers, tmp_path, *overrides: str, **extra):
+    document = {
+        "name": "arms",
+        "env": {"name": "real_robot", "num_parallel_envs": 2, "max_episode_steps": 6,
+                "real_robot": {"task": "push the block", "robots": robots(servers, **extra)}},
+        "algorithm": {"name": "rlpd", "rlpd": {"batch_size": 16, "training_starts": 8,
+                                               "hidden_sizes": [32, 32]}},
+        "runner": {"iterations": 2, "seed": 0, "progress": False,
+                   "output_dir": str(tmp_path / "run"), "torch_threads": 1},
+    }  # fmt: skip
+    path = tmp_path / "arms.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_config(path, list(overrides))
+
+
+def test_the_arms_reset_and_step_together_inside_their_boxes(servers, tmp_path):
+    env = make_vector_env("real_robot", 2, **env_options(config(servers, tmp_path)))
+    try:
+        assert env.task_name(0) == "push the block" and env.obs_shape == (OBS_DIM,)
+        obs = env.reset(0, env.init_states(0).expand(2, -1))
+        assert obs.shape == (2, OBS_DIM)
+        assert obs[:, :7].tolist() == [pytest.approx(HOME[:1] + [0.0, 0.2] + HOME[3:])] * 2
+        for server in servers:
+            assert server.endpoints()[:4] == ["getstate", "getstate", "clearerr", "pose"]
+        push = torch.tensor([[1.0, 0, 0, 0, 0, 0, 0], [0, -1.0, 0, 0, 0, 0, 0]])
+        steps = [env.step(push.unsqueeze(1).expand(-1, 3, -1)) for _ in range(2)]
+        assert [bool(s.truncated.all()) for s in steps] == [False, True]  # 6 actions
+        assert servers[0].pose[0] == pytest.approx(0.6)  # 0.5 + 6 x 0.02, clipped at 0.6
+        assert servers[1].pose[1] == pytest.approx(-0.1)
+        box = SafetyBox(*(tuple(BOX[key]) for key in ("xyz_low", "xyz_high", "rpy_low",
+                                                      "rpy_high")))  # fmt: skip
+        assert all(box.holds(pose) for server in servers for pose in server.posed())
+        assert steps[-1].obs[0, 0].item() == pytest.approx(0.6)
+    finally:
+        env.close()
+
+
+def test_a_dead_server_is_a_named_env_error_until_it_answers_again(servers, tmp_path):
+    env = make_vector_env("real_robot", 2, **env_options(config(servers, tmp_path)))
+    try:
+        env.reset(0, env.init_states(0).expand(2, -1))
+        servers[1].stop()
+        with pytest.raises(EnvWorkerError, match=r"franka-1: .* did not answer"):
+            env.step(torch.zeros(2, 7))
+        with pytest.raises(EnvWorkerError, match="franka-1"):
+            env.restart_workers()
+        servers[1].start()  # the same port
+        assert env.restart_workers() == ["franka-1"]
+        env.step(torch.zeros(2, 7))
+    finally:
+        env.close()
+
+
+def test_the_console_sees_each_arms_camera_and_its_estop_reaches_the_arm(servers, tmp_path):
+    camera = FakeCamera()
+    try:
+        options = env_options(config(servers, tmp_path, cameras={"wrist": camera.url("stream")}))
+        env = make_vector_env("real_robot", 2, **options)
+        try:
+            view = RobotConsoleView(env.drivers[0], env.cameras[0])
+            assert view.read_cameras()["wrist"].shape == (32, 32, 3)
+            env.reset(0, env.init_states(0).expand(2, -1))
+            assert view.read_state()["pose"][:3] == pytest.approx([0.5, 0.0, 0.2])
+            sent = len(servers[0].posed())
+            view.stop()
+            assert len(servers[0].posed()) == sent + 1  # held where it is, at once
+        finally:
+            env.close()
+    finally:
+        camera.stop()
+
+
+def test_bad_arm_configs_are_named(servers, tmp_path):
+    with pytest.raises(ValueError, match=r"lists 2 arms for 3 env copies"):
+        make_vector_env("real_robot", 3, **env_options(config(servers, tmp_path)))
+    with pytest.raises(ConfigError, match=r"safety_box"):
+        config(servers, tmp_path, safety_box={"xyz_low": [0, 0]})
+
+
+def test_an_rlpd_run_trains_on_the_arms(servers, tmp_path):
+    runner = RLPDRunner(config(servers, tmp_path))
+    runner.learn()
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == [1, 2]
+    assert rows[-1]["buffers/online"] == 2 * 2 * 6  # two arms, two episodes of six steps
+    assert all(len(server.posed()) >= 12 for server in servers)

@@ -1,0 +1,207 @@
+"""Real arms as an env (`env.name: real_robot`): each copy one arm behind its SERL robot
+server (trainer.hardware.serl_franka), stepped at its control rate, all arms at once.
+
+An observation is the arm's state, as HIL-SERL's Franka env gives its policy: the
+end-effector pose (xyz + quaternion), its velocity (6), force (3) and torque (3), and
+the gripper's position (1): 20 numbers. Actions are HIL-SERL's seven numbers in [-1, 1]
+(a translation, a rotation and the gripper), scaled, integrated into the measured pose
+and clipped to the arm's safety box by its driver. No simulator knows when the task is
+solved: an operator's mark in the console ends an episode as a success (reward 1,
+terminal) or a failure (trainer.envs.teleop), and the time limit truncates it. Each
+episode starts with the driver's reset (errors cleared, joints homed if configured, the
+reset pose, the gripper open).
+
+The arms' cameras (MJPEG or snapshot URLs) are the console's: each copy's
+`RobotConsoleView` shows its arm's state and camera frames, and its e-stop reaches the
+arm at once, between steps. A server that stops answering is a lost link: the step
+raises `EnvWorkerError` naming the arm (the runner's recovery calls
+`restart_workers`, which reaches the servers again), and nothing is sent to that arm
+meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv
+from trainer.hardware.serl_franka import RobotLinkLost, SafetyBox, SerlFranka, SerlSettings
+from trainer.hardware.url_camera import CameraLost, UrlCamera
+
+OBS_DIM = 20
+ACTION_DIM = 7
+
+
+def arm_settings(robot: dict[str, Any]) -> SerlSettings:
+    """A driver's settings from a config's `env.real_robot.robots` entry."""
+    box = robot["safety_box"]
+    url = robot.get("url") or f"http://{robot['robot_ip']}:{robot['port']}/"
+    return SerlSettings(
+        url=url,
+        safety_box=SafetyBox(
+            tuple(box["xyz_low"]),
+            tuple(box["xyz_high"]),
+            tuple(box["rpy_low"]),
+            tuple(box["rpy_high"]),
+        ),  # fmt: skip
+        action_scale=tuple(robot["action_scale"]),
+        control_hz=robot["control_hz"],
+        timeout_s=robot["timeout_s"],
+        reset_pose=tuple(robot["reset_pose"]) if robot.get("reset_pose") else None,
+        joint_reset=robot["joint_reset"],
+        cameras=dict(robot.get("cameras") or {}),
+    )
+
+
+class RealRobotEnv(VectorEnv):
+    num_tasks = 1
+    obs_shape = (OBS_DIM,)
+    action_dim = ACTION_DIM
+
+    def __init__(
+        self,
+        num_envs: int,
+        robots: Sequence[dict[str, Any]] = (),
+        task: str = "the operator's task",
+        max_episode_steps: int = 100,
+        camera: bool = False,
+        **_unused: Any,  # the options of simulated envs (seed, init states per task)
+    ) -> None:
+        if len(robots) != num_envs:
+            raise ValueError(
+                f"env.real_robot.robots lists {len(robots)} arms for {num_envs} env copies "
+                "(env.num_parallel_envs x algorithm.group_size): one copy per arm"
+            )
+        if camera:
+            raise ValueError(
+                "env.camera: a real robot's observations are its state; its cameras are "
+                "shown in the console"
+            )
+        self.num_envs, self.max_episode_steps, self.task = num_envs, max_episode_steps, task
+        self.drivers = [
+            SerlFranka(robot.get("name") or f"arm-{index}", arm_settings(robot))
+            for index, robot in enumerate(robots)
+        ]
+        self.cameras = [
+            [
+                UrlCamera(name, url, timeout_s=driver.settings.timeout_s)
+                for name, url in driver.settings.cameras.items()
+            ]  # fmt: skip
+            for driver in self.drivers
+        ]
+        self.pool = ThreadPoolExecutor(max_workers=num_envs, thread_name_prefix="arm")
+        self.steps = torch.zeros(num_envs, dtype=torch.long)
+        self._each(lambda driver, _: driver.connect())
+
+    # ----- VectorEnv -------------------------------------------------------------------
+    def init_states(self, task_id: int) -> torch.Tensor:
+        """One: every episode starts from the arm's reset."""
+        return torch.zeros(1, 1)
+
+    def task_name(self, task_id: int) -> str:
+        return self.task
+
+    def reset(self, task_id: int, init_states: torch.Tensor) -> torch.Tensor:
+        self._each(lambda driver, _: driver.reset())
+        self.steps.zero_()
+        return self._observe()
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        if actions.dim() == 2:
+            actions = actions.unsqueeze(1)
+        plans = actions.clamp(-1.0, 1.0).double().numpy()
+        chunk = plans.shape[1]
+        for index in range(chunk):  # every arm takes its action of the chunk at once
+            self._each(lambda driver, copy, index=index: driver.send_action(plans[copy, index]))
+        self.steps += chunk
+        truncated = self.steps >= self.max_episode_steps
+        obs = self._observe()
+        self.steps[truncated] = 0  # the runner resets what it runs next
+        nothing = torch.zeros(self.num_envs, dtype=torch.bool)
+        return EnvStep(
+            obs=obs, reward=torch.zeros(self.num_envs), terminated=nothing,
+            truncated=truncated, success=nothing.clone(),
+            executed_actions=torch.full((self.num_envs,), chunk, dtype=torch.long),
+            final_observation=obs,
+        )  # fmt: skip
+
+    def restart_workers(self) -> list[str]:
+        """Reach every arm whose link was lost again (raises while one stays away)."""
+        lost = [driver for driver in self.drivers if driver.lost is not None]
+        for driver in lost:
+            try:
+                driver.connect()
+            except RobotLinkLost as error:
+                raise EnvWorkerError(str(error)) from error
+        return [driver.name for driver in lost]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        for driver, cameras in zip(self.drivers, self.cameras, strict=True):
+            driver.close()
+            for camera in cameras:
+                camera.close()
+
+    # ----- helpers ---------------------------------------------------------------------
+    def _each(self, call) -> None:
+        """`call(driver, copy)` on every arm at once; a lost link is the env's error."""
+        futures = [self.pool.submit(call, d, i) for i, d in enumerate(self.drivers)]
+        errors = []
+        for future in futures:
+            try:
+                future.result()
+            except RobotLinkLost as error:
+                errors.append(str(error))
+        if errors:
+            raise EnvWorkerError("; ".join(errors))
+
+    def _observe(self) -> torch.Tensor:
+        rows = []
+        for driver in self.drivers:
+            state = driver.state
+            parts = [state["pose"], state.get("vel", [0.0] * 6), state.get("force", [0.0] * 3),
+                     state.get("torque", [0.0] * 3), [state.get("gripper_pos", 0.0)]]  # fmt: skip
+            rows.append(np.concatenate([np.ravel(np.asarray(p, dtype=np.float32)) for p in parts]))
+        return torch.from_numpy(np.stack(rows))
+
+
+class RobotConsoleView:
+    """An arm as the operator console sees it (a `RobotDriver`): its state and camera
+    frames to show, and an e-stop that reaches the arm at once. Actions reach the arm
+    through the env's step (the teleop source decides them), never from here."""
+
+    def __init__(self, driver: SerlFranka, cameras: Sequence[UrlCamera]) -> None:
+        self.driver, self.cameras, self.name = driver, list(cameras), driver.name
+        self.problems: dict[str, str] = {}  # camera name -> why it shows no frame
+
+    def connect(self) -> None:
+        """The env connected the arm."""
+
+    def read_state(self) -> dict[str, list[float]]:
+        return self.driver.read_state()
+
+    def read_cameras(self) -> dict[str, np.ndarray]:
+        frames = {}
+        for camera in self.cameras:
+            try:
+                frames[camera.name] = camera.read()
+                self.problems.pop(camera.name, None)
+            except CameraLost as error:
+                self.problems[camera.name] = str(error)
+        return frames
+
+    def send_action(self, action: Sequence[float]) -> None:
+        """Noted by the driver's state; the env's step sends it."""
+
+    def stop(self) -> None:
+        try:
+            self.driver.stop()
+        except RobotLinkLost:
+            pass  # nothing can be sent; the server's controller holds its last target
+
+    def close(self) -> None:
+        """The env closes the arm."""
