@@ -130,7 +130,7 @@ def _train(args: argparse.Namespace, link: Link) -> int:
 
             runner = RLPDRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
-                link=link,
+                link=link, on_recovery=reporter.recovered,
             )  # fmt: skip
         else:
             runner = OnPolicyRunner(

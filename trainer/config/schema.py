@@ -116,6 +116,12 @@ class RealRobotEnvConfig(Section):
     robots: list[RobotConfig] = Field(
         [], description="One entry per arm: one env copy each (env.name: real_robot)."
     )
+    reconnect_s: float = Field(
+        60.0,
+        gt=0,
+        description="After a lost link, how long a recovery keeps trying to reach the arm "
+        "before the run fails (each of runner.env_worker_retries recoveries).",
+    )
 
 
 class EnvConfig(Section):

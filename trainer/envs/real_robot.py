@@ -21,6 +21,7 @@ meanwhile.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,6 +35,7 @@ from trainer.hardware.url_camera import CameraLost, UrlCamera
 
 OBS_DIM = 20
 ACTION_DIM = 7
+RECONNECT_POLL_S = 0.5
 
 
 def arm_settings(robot: dict[str, Any]) -> SerlSettings:
@@ -68,6 +70,7 @@ class RealRobotEnv(VectorEnv):
         robots: Sequence[dict[str, Any]] = (),
         task: str = "the operator's task",
         max_episode_steps: int = 100,
+        reconnect_s: float = 60.0,
         camera: bool = False,
         **_unused: Any,  # the options of simulated envs (seed, init states per task)
     ) -> None:
@@ -82,6 +85,7 @@ class RealRobotEnv(VectorEnv):
                 "shown in the console"
             )
         self.num_envs, self.max_episode_steps, self.task = num_envs, max_episode_steps, task
+        self.reconnect_s = reconnect_s
         self.drivers = [
             SerlFranka(robot.get("name") or f"arm-{index}", arm_settings(robot))
             for index, robot in enumerate(robots)
@@ -130,14 +134,22 @@ class RealRobotEnv(VectorEnv):
         )  # fmt: skip
 
     def restart_workers(self) -> list[str]:
-        """Reach every arm whose link was lost again (raises while one stays away)."""
+        """Reach every arm whose link was lost again, trying for up to `reconnect_s`
+        (a restarted server, a cable plugged back in); an arm still away is an error."""
         lost = [driver for driver in self.drivers if driver.lost is not None]
+        deadline = time.monotonic() + self.reconnect_s
         for driver in lost:
-            try:
-                driver.connect()
-            except RobotLinkLost as error:
-                raise EnvWorkerError(str(error)) from error
-        return [driver.name for driver in lost]
+            while True:
+                try:
+                    driver.connect()
+                    break
+                except RobotLinkLost as error:
+                    if time.monotonic() >= deadline:
+                        raise EnvWorkerError(
+                            f"{error} (away for {self.reconnect_s:.0f} s)"
+                        ) from error
+                    time.sleep(RECONNECT_POLL_S)
+        return [f"{driver.name} reached again" for driver in lost]
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -100,7 +100,8 @@ def env_options(config: ExperimentConfig) -> dict[str, Any]:
         only_some["vision_language"] = True
     if config.env.name == "real_robot":
         real = config.env.real_robot
-        only_some.update(task=real.task, robots=[robot.model_dump() for robot in real.robots])
+        robots = [robot.model_dump() for robot in real.robots]
+        only_some.update(task=real.task, robots=robots, reconnect_s=real.reconnect_s)
     return {
         "max_episode_steps": config.env.max_episode_steps,
         "init_states_per_task": config.env.init_states_per_task,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,7 +40,7 @@ from trainer.data.samplers import InitStateSampler, TaskCursor
 from trainer.devices import device_metrics, gpu_rng_state, load_gpu_rng_state
 from trainer.envs.libero_setup import LiberoNotInstalledError
 from trainer.envs.registry import UnknownEnvError, make_vector_env
-from trainer.envs.vector_env import VectorEnv
+from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.runner.build import compute_device, env_options
 from trainer.runner.checkpoints import (
@@ -49,7 +50,12 @@ from trainer.runner.checkpoints import (
     save_checkpoint,
 )
 from trainer.runner.interventions import close_env, with_interventions
-from trainer.runner.loop import CheckpointCallback, MetricsCallback, TrainingLoop
+from trainer.runner.loop import (
+    CheckpointCallback,
+    MetricsCallback,
+    RecoveryCallback,
+    TrainingLoop,
+)
 from trainer.runner.rlpd_episodes import EpisodeStats, run_episodes
 
 log = logging.getLogger(__name__)
@@ -104,12 +110,17 @@ class Collector(Protocol):
 
 
 class LocalEpisodes:
-    """The copies in this process, acting with the learner's actor as it updates."""
+    """The copies in this process, acting with the learner's actor as it updates. When
+    the env's workers (or a real arm's link) fail, they are restarted (reached again)
+    and the episodes run again from their init states, at most `retries` times, each
+    reported; the transitions stored before the failure stay (they happened)."""
 
     steps_while_updating = False
 
-    def __init__(self, env: VectorEnv) -> None:
-        self.env = env
+    def __init__(
+        self, env: VectorEnv, retries: int = 0, on_recovery: Callable[[str], None] | None = None
+    ) -> None:
+        self.env, self.retries, self.on_recovery = env, retries, on_recovery
         self.obs_shape, self.action_dim = tuple(env.obs_shape), env.action_dim
         self.num_envs, self.num_tasks = env.num_envs, env.num_tasks
 
@@ -120,7 +131,19 @@ class LocalEpisodes:
         self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
     ) -> EpisodeStats:
         states = self.env.init_states(task_id)[indices]
-        return run_episodes(self.env, task_id, states, algorithm.act, algorithm.take_step)
+        for attempt in range(self.retries + 1):
+            try:
+                return run_episodes(self.env, task_id, states, algorithm.act, algorithm.take_step)
+            except EnvWorkerError as error:
+                if attempt == self.retries:
+                    raise EnvWorkerError(
+                        f"{error} (given up after {attempt} restart(s))"
+                    ) from error
+                what = "; ".join(self.env.restart_workers()) or "no worker needed a restart"
+                log.warning("%s; %s; redoing the episodes", error, what)
+                if self.on_recovery is not None:
+                    self.on_recovery(f"{str(error).splitlines()[0]}; {what}")
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         close_env(self.env)
@@ -135,6 +158,7 @@ class RLPDRunner(TrainingLoop):
         on_checkpoint: CheckpointCallback | None = None,
         actors: Collector | None = None,
         link: Link | None = None,
+        on_recovery: RecoveryCallback | None = None,
     ) -> None:
         """`actors`: the run's env copies elsewhere, e.g. in placed workers that act with
         the weights this learner publishes (trainer.runtime.rlpd_split.RLPDActors);
@@ -143,7 +167,16 @@ class RLPDRunner(TrainingLoop):
         super().__init__(config, output_dir, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
         # The env of this process's copies (None when they are placed).
         self.env = build_env(config, link) if actors is None else None
-        self.collector: Collector = actors if actors is not None else LocalEpisodes(self.env)
+        if actors is None:
+
+            def recovered(what: str) -> None:
+                if on_recovery is not None:
+                    on_recovery(self.iteration + 1, what)
+
+            retries = config.runner.env_worker_retries
+            self.collector: Collector = LocalEpisodes(self.env, retries, recovered)
+        else:
+            self.collector = actors
         envs = self.collector
         self.obs_shape, self.action_dim = tuple(envs.obs_shape), envs.action_dim
         self.num_envs, self.num_tasks = envs.num_envs, envs.num_tasks

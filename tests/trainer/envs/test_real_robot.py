@@ -5,11 +5,14 @@ console sees each arm's camera and its e-stop reaches the arm, and an RLPD run t
 on the arms from a config."""
 
 import json
+import threading
+import time
 
 import pytest
 import torch
 import yaml
 
+from tests.processes import wait_until
 from tests.trainer.hardware.fake_camera import FakeCamera
 from tests.trainer.hardware.fake_serl_server import HOME, FakeSerlServer
 from trainer.config.errors import ConfigError
@@ -48,7 +51,8 @@ def config(servers, tmp_path, *overrides: str, **extra):
     document = {
         "name": "arms",
         "env": {"name": "real_robot", "num_parallel_envs": 2, "max_episode_steps": 6,
-                "real_robot": {"task": "push the block", "robots": robots(servers, **extra)}},
+                "real_robot": {"task": "push the block", "robots": robots(servers, **extra),
+                               "reconnect_s": 3.0}},
         "algorithm": {"name": "rlpd", "rlpd": {"batch_size": 16, "training_starts": 8,
                                                "hidden_sizes": [32, 32]}},
         "runner": {"iterations": 2, "seed": 0, "progress": False,
@@ -88,10 +92,10 @@ def test_a_dead_server_is_a_named_env_error_until_it_answers_again(servers, tmp_
         servers[1].stop()
         with pytest.raises(EnvWorkerError, match=r"franka-1: .* did not answer"):
             env.step(torch.zeros(2, 7))
-        with pytest.raises(EnvWorkerError, match="franka-1"):
+        with pytest.raises(EnvWorkerError, match=r"franka-1: .*\(away for 3 s\)"):
             env.restart_workers()
         servers[1].start()  # the same port
-        assert env.restart_workers() == ["franka-1"]
+        assert env.restart_workers() == ["franka-1 reached again"]
         env.step(torch.zeros(2, 7))
     finally:
         env.close()
@@ -130,3 +134,32 @@ def test_an_rlpd_run_trains_on_the_arms(servers, tmp_path):
     assert [row["iteration"] for row in rows] == [1, 2]
     assert rows[-1]["buffers/online"] == 2 * 2 * 6  # two arms, two episodes of six steps
     assert all(len(server.posed()) >= 12 for server in servers)
+
+
+def test_an_rlpd_run_stops_reports_and_recovers_when_an_arms_server_dies_and_comes_back(
+    servers, tmp_path
+):
+    recoveries = []
+    runner = RLPDRunner(
+        config(servers, tmp_path, "runner.iterations=3", control_hz=10.0),
+        on_recovery=lambda iteration, what: recoveries.append((iteration, what)),
+    )
+    dying = servers[1]
+    gone_after = 10  # poses, 7 an iteration (the reset's and six steps'): the second's
+
+    def die_and_come_back() -> None:
+        wait_until(lambda: len(dying.posed()) >= gone_after, 60, "the second iteration", 0.01)
+        dying.stop()
+        time.sleep(1.0)
+        dying.start()
+
+    helper = threading.Thread(target=die_and_come_back)
+    helper.start()
+    try:
+        runner.learn()
+    finally:
+        helper.join()
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == [1, 2, 3]
+    ((iteration, what),) = recoveries
+    assert iteration == 2 and "franka-1" in what and "reached again" in what
