@@ -72,6 +72,7 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
         "() => Number(document.getElementById('camera').dataset.frames || 0) > 5"
     )
     expect(page.locator("#camera-note")).to_contain_text("top · 160×160")
+    expect(page.locator("#camera-pick")).to_have_value("top")  # its one camera
     expect(page.locator("#rtt")).not_to_have_text("—")
 
     page.keyboard.press("t")

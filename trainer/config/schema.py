@@ -56,6 +56,12 @@ class InterventionConfig(Section):
         le=1000,
         description="Console: env steps per second while an operator holds a robot.",
     )
+    camera_fps: float = Field(
+        15.0, gt=0, le=60, description="Console: camera frames per second sent while watched."
+    )
+    camera_quality: int = Field(
+        80, ge=10, le=95, description="Console: JPEG quality of the camera frames (10-95)."
+    )
     real_time: bool = Field(
         False,
         description="Console: step at control_hz at all times, as a real arm does, not "
@@ -79,6 +85,11 @@ class SafetyBoxConfig(Section):
         max_length=3,
         description="Highest |roll|, pitch, yaw (rad).",
     )
+
+
+class CameraConfig(Section):
+    name: str = Field(min_length=1, max_length=150, description="The camera's name.")
+    url: str = Field(description="Its MJPEG stream or snapshot URL.")
 
 
 class RobotConfig(Section):
@@ -106,8 +117,8 @@ class RobotConfig(Section):
         description="Pose every episode starts from (xyz + quaternion xyzw); null: where it is.",
     )
     joint_reset: bool = Field(False, description="Home the joints (/jointreset) on every reset.")
-    cameras: dict[str, str] = Field(
-        {}, description="Camera name -> MJPEG stream or snapshot URL, shown in the console."
+    cameras: list[CameraConfig] = Field(
+        [], description="The arm's cameras, shown in the console (the first by default)."
     )
 
 

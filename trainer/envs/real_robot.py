@@ -55,7 +55,7 @@ def arm_settings(robot: dict[str, Any]) -> SerlSettings:
         timeout_s=robot["timeout_s"],
         reset_pose=tuple(robot["reset_pose"]) if robot.get("reset_pose") else None,
         joint_reset=robot["joint_reset"],
-        cameras=dict(robot.get("cameras") or {}),
+        cameras={camera["name"]: camera["url"] for camera in robot.get("cameras") or []},
     )
 
 
@@ -196,9 +196,14 @@ class RobotConsoleView:
     def read_state(self) -> dict[str, list[float]]:
         return self.driver.read_state()
 
-    def read_cameras(self) -> dict[str, np.ndarray]:
+    def camera_names(self) -> list[str]:
+        return [camera.name for camera in self.cameras]
+
+    def read_cameras(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         frames = {}
         for camera in self.cameras:
+            if names is not None and camera.name not in names:
+                continue
             try:
                 frames[camera.name] = camera.read()
                 self.problems.pop(camera.name, None)

@@ -159,8 +159,11 @@ class SerlFranka:
             state["action"] = self.last_action
         return state
 
-    def read_cameras(self) -> dict[str, np.ndarray]:
-        return {}  # the env reads the arm's cameras from their URLs (trainer.hardware.url_camera)
+    def camera_names(self) -> list[str]:
+        return []  # the arm's cameras are URLs of their own (trainer.hardware.url_camera)
+
+    def read_cameras(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        return {}
 
     def send_action(self, action: Sequence[float]) -> None:
         """One control step: wait for the period's start, move the measured pose by the

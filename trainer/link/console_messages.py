@@ -51,6 +51,7 @@ class Teleop(_Strict):
     # clock unrelated to the last one (the link reconnected to another process).
     clock: ClockName | None = None
     id: CommandId | None = None  # echoed in the reply and in `applied`
+    camera: Name | None = None  # watch / take_over: the camera the console shows
 
 
 class RobotState(_Strict):
@@ -63,6 +64,7 @@ class RobotState(_Strict):
     policy_action: list[float] = Field(max_length=MAX_ACTION_DIM)
     last_success: bool | None = None
     state: dict[str, list[float]] = Field(default_factory=dict, max_length=16)
+    cameras: list[Name] = Field(default_factory=list, max_length=16)  # what the robot offers
 
 
 class Frame(_Strict):

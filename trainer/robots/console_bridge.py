@@ -55,7 +55,12 @@ class ConsoleBridge:
         robots: Sequence[RobotDriver],
         task_name: Callable[[], str] = str,
         frames_per_s: float = FRAMES_PER_S,
+        camera_fps: float = FRAMES_PER_S,
+        jpeg_quality: int = JPEG_QUALITY,
     ) -> None:
+        """`frames_per_s`: how often the robots' state is sent; `camera_fps` and
+        `jpeg_quality`: the camera frames', encoded only for robots someone watches or
+        holds, and only the cameras their consoles show."""
         if len(robots) != source.num_envs:
             raise ValueError(f"{len(robots)} robots for {source.num_envs} env copies")
         self.link, self.source, self.robots = link, source, list(robots)
@@ -65,6 +70,9 @@ class ConsoleBridge:
         self._replies: list[Reply] = []
         self._applied: list[Applied] = []
         self._watched: dict[int, float] = {}  # robot → watched until
+        self._shown: dict[tuple[int, str], float] = {}  # (robot, camera) → shown until
+        self.camera_period, self.jpeg_quality = 1.0 / camera_fps, jpeg_quality
+        self._frames_due = 0.0  # time.monotonic of the next frames
         self._audited = 0  # takeovers already sent as events
         self.server_clock = ServerClock()
         for robot in self.robots:
@@ -112,7 +120,12 @@ class ConsoleBridge:
             raise TeleopRefused(f"there is no robot {robot}: robots are 0..{len(self.robots) - 1}")
         if op in ("take_over", "watch"):
             with self._lock:
-                self._watched[robot] = time.monotonic() + WATCH_S
+                until = time.monotonic() + WATCH_S
+                self._watched[robot] = until
+                if message.camera is not None:
+                    if message.camera not in self.robots[robot].camera_names():
+                        raise TeleopRefused(f"robot {robot} has no camera {message.camera!r}")
+                    self._shown[(robot, message.camera)] = until
         if op == "take_over":
             self.source.take_over(robot, operator)
         elif op == "release":
@@ -167,11 +180,15 @@ class ConsoleBridge:
             replies, self._replies = self._replies[-64:], []
             applied, self._applied = self._applied[-256:], []
             watched = [robot for robot, until in self._watched.items() if until > now]
+            shown = [key for key, until in self._shown.items() if until > now]
         statuses = self.source.status()
         held = [status.copy for status in statuses if status.mode != "policy"]
         frames = []
-        for robot in list(dict.fromkeys(held + watched))[:MAX_FRAMES]:
-            frames += self._frames(robot)
+        framed = list(dict.fromkeys(held + watched))[:MAX_FRAMES]
+        if framed and now >= self._frames_due:
+            self._frames_due = now + self.camera_period
+            for robot in framed:
+                frames += self._frames(robot, [camera for r, camera in shown if r == robot])
         robots = [
             RobotState(
                 robot=status.copy,
@@ -183,6 +200,7 @@ class ConsoleBridge:
                 policy_action=status.policy_action,
                 last_success=status.last_success,
                 state=self.robots[status.copy].read_state(),
+                cameras=self.robots[status.copy].camera_names()[:16],
             )  # fmt: skip
             for status in statuses
         ]
@@ -194,11 +212,13 @@ class ConsoleBridge:
         self.link.live(message.model_dump(mode="json"))
         self._audit()
 
-    def _frames(self, robot: int) -> list[Frame]:
+    def _frames(self, robot: int, shown: list[str]) -> list[Frame]:
+        """The frames of the cameras consoles show (none chosen: the robot's first)."""
+        names = shown or self.robots[robot].camera_names()[:1]
         frames = []
-        for camera, pixels in self.robots[robot].read_cameras().items():
+        for camera, pixels in self.robots[robot].read_cameras(names).items():
             buffer = io.BytesIO()
-            Image.fromarray(pixels).save(buffer, format="JPEG", quality=JPEG_QUALITY)
+            Image.fromarray(pixels).save(buffer, format="JPEG", quality=self.jpeg_quality)
             frames.append(
                 Frame(
                     robot=robot,

@@ -29,8 +29,12 @@ class RobotDriver(Protocol):
         """Named state vectors, e.g. ``{"effector": [x, y, z], "gripper": [closed]}``."""
         ...
 
-    def read_cameras(self) -> dict[str, np.ndarray]:
-        """The latest frame of each camera, ``[H, W, 3]`` uint8 RGB."""
+    def camera_names(self) -> list[str]:
+        """The robot's cameras, the first the one a console shows unless told."""
+        ...
+
+    def read_cameras(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The latest frame of each camera named (None: all), ``[H, W, 3]`` uint8 RGB."""
         ...
 
     def send_action(self, action: Sequence[float]) -> None:
@@ -71,11 +75,13 @@ class SimulatedRobot:
             state["action"] = self.last_action
         return state
 
-    def read_cameras(self) -> dict[str, np.ndarray]:
-        render = getattr(self.env, "render", None)
-        if render is None:
+    def camera_names(self) -> list[str]:
+        return ["top"] if hasattr(self.env, "render") else []
+
+    def read_cameras(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        if "top" not in self.camera_names() or (names is not None and "top" not in names):
             return {}
-        return {"top": render(self.copy, self.frame_size).numpy()}
+        return {"top": self.env.render(self.copy, self.frame_size).numpy()}
 
     def send_action(self, action: Sequence[float]) -> None:
         """Noted for `read_state`: the env applies its copies' actions in its own step

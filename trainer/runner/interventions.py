@@ -49,7 +49,10 @@ def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> In
     else:
         robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
     wrapped = InterventionEnv(env, source)
-    wrapped.console = ConsoleBridge(link, source, robots, lambda: wrapped.current_task_name)
+    wrapped.console = ConsoleBridge(
+        link, source, robots, lambda: wrapped.current_task_name,
+        camera_fps=settings.camera_fps, jpeg_quality=settings.camera_quality,
+    )  # fmt: skip
     return wrapped
 
 

@@ -28,6 +28,9 @@
   let keys = loadKeys();
   let socket = null;
   let selected = Number(new URLSearchParams(location.search).get("robot") || 0);
+  // The camera shown of the selected robot; empty: the robot's first. Frames are sent
+  // only of the cameras consoles show.
+  let camera = "";
   let robots = [];
   let controlHz = 20;
   let lastStateAt = 0;
@@ -125,6 +128,10 @@
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
   }
 
+  function watch() {
+    send(camera ? { op: "watch", robot: selected, camera } : { op: "watch", robot: selected });
+  }
+
   function press(op) {
     if (op === "mark_success" || op === "mark_failure") {
       send({ op: "mark", robot: selected, success: op === "mark_success" });
@@ -167,7 +174,7 @@
     renderTabs();
     renderRobot();
     for (const frame of message.frames) {
-      if (frame.robot !== selected) continue;
+      if (frame.robot !== selected || (camera && frame.camera !== camera)) continue;
       $("camera").src = `data:image/jpeg;base64,${frame.jpeg}`;
       $("camera").dataset.frames = String(Number($("camera").dataset.frames || 0) + 1);
       $("camera-note").textContent = `${frame.camera} · ${frame.width}×${frame.height}`;
@@ -197,7 +204,8 @@
           button.setAttribute("role", "tab");
           button.addEventListener("click", () => {
             selected = r.robot;
-            send({ op: "watch", robot: selected });
+            camera = "";
+            watch();
             renderTabs();
             renderRobot();
           });
@@ -222,9 +230,27 @@
     $("last-success").textContent =
       r.last_success === null ? "—" : r.last_success ? "success" : "failure";
     $("policy-action").textContent = r.policy_action.map((v) => v.toFixed(2)).join(" ");
+    renderCameras(r.cameras || []);
     $("robot-state").textContent = Object.entries(r.state)
       .map(([name, values]) => `${name} ${values.join(" ")}`)
       .join(" · ");
+  }
+
+  function renderCameras(names) {
+    const pick = $("camera-pick");
+    if (camera && !names.includes(camera)) camera = "";
+    const shown = camera || names[0] || "";
+    if ([...pick.options].map((o) => o.value).join("\n") !== names.join("\n")) {
+      pick.replaceChildren(
+        ...names.map((name) => {
+          const option = document.createElement("option");
+          option.value = option.textContent = name;
+          return option;
+        })
+      );
+    }
+    pick.value = shown;
+    pick.disabled = names.length < 2;
   }
 
   function onMessage(event) {
@@ -243,7 +269,7 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     socket = new WebSocket(`${scheme}://${location.host}/ws/console/${runId}/`);
-    socket.addEventListener("open", () => send({ op: "watch", robot: selected }));
+    socket.addEventListener("open", watch);
     socket.addEventListener("message", onMessage);
     socket.addEventListener("close", () => setTimeout(connect, 1000));
   }
@@ -284,6 +310,10 @@
   root.querySelectorAll("button[data-op]").forEach((button) =>
     button.addEventListener("click", () => press(button.dataset.op))
   );
+  $("camera-pick").addEventListener("change", (event) => {
+    camera = event.target.value;
+    watch();
+  });
   $("scale").addEventListener("input", () => {
     $("scale-value").textContent = scale().toFixed(1);
   });
@@ -293,7 +323,7 @@
   restartLoop();
   setInterval(() => {
     send({ op: "ping", t: performance.now() });
-    send({ op: "watch", robot: selected });
+    watch();
     showLinkState();
   }, 1000);
 })();

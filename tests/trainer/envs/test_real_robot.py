@@ -104,7 +104,9 @@ def test_a_dead_server_is_a_named_env_error_until_it_answers_again(servers, tmp_
 def test_the_console_sees_each_arms_camera_and_its_estop_reaches_the_arm(servers, tmp_path):
     camera = FakeCamera()
     try:
-        options = env_options(config(servers, tmp_path, cameras={"wrist": camera.url("stream")}))
+        options = env_options(
+            config(servers, tmp_path, cameras=[{"name": "wrist", "url": camera.url("stream")}])
+        )
         env = make_vector_env("real_robot", 2, **options)
         try:
             view = RobotConsoleView(env.drivers[0], env.cameras[0])

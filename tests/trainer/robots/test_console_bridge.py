@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 import torch
 
@@ -105,3 +106,53 @@ def test_a_command_superseded_by_a_newer_one_is_not_sent_to_the_driver(scene):
     bridge.handle(teleop("command", action=[0.2] * 7, id="new"))
     bridge.handle(late)  # stamped before "new", arrived after it
     assert robot.sent == [pytest.approx([0.2] * 7)]
+
+
+class TwoCameras(SimulatedRobot):
+    """A robot with a scene camera and a wrist camera, counting the frames read."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: list[str] = []
+
+    def camera_names(self) -> list[str]:
+        return ["scene", "wrist"]
+
+    def read_cameras(self, names=None) -> dict:
+        chosen = [name for name in self.camera_names() if names is None or name in names]
+        self.read += chosen
+        return {name: np.full((24, 32, 3), 40 * (1 + index), dtype=np.uint8)
+                for index, name in enumerate(chosen)}  # fmt: skip
+
+
+def test_frames_are_the_chosen_cameras_at_their_own_rate_and_quality():
+    core = BuiltinReachEnv(1, seed=0)
+    source = TeleopSource(1, 7, TeleopSettings(deadman_s=5.0))
+    robot, link = TwoCameras(core, 0, "arm-0"), RecordingLink()
+    bridge = ConsoleBridge(link, source, [robot], frames_per_s=0.01, camera_fps=0.5,
+                           jpeg_quality=30)  # fmt: skip
+    try:
+        bridge.publish()  # nobody watches: no frame is read or encoded
+        assert link.frames[-1]["frames"] == [] and robot.read == []
+        assert link.frames[-1]["robots"][0]["cameras"] == ["scene", "wrist"]
+        bridge.handle(teleop("watch"))  # no camera named: the first
+        bridge.publish()
+        assert [f["camera"] for f in link.frames[-1]["frames"]] == ["scene"]
+        bridge.publish()  # within the camera period: state only
+        assert link.frames[-1]["frames"] == []
+        bridge._frames_due = 0.0
+        bridge.handle(teleop("watch", camera="wrist"))
+        bridge.publish()
+        (frame,) = link.frames[-1]["frames"]
+        assert (frame["camera"], frame["width"], frame["height"]) == ("wrist", 32, 24)
+        assert robot.read == ["scene", "wrist"]  # only what was shown was read
+        sizes = {}
+        for quality in (30, 90):
+            bridge.jpeg_quality, bridge._frames_due = quality, 0.0
+            bridge.publish()
+            sizes[quality] = len(link.frames[-1]["frames"][0]["jpeg"])
+        assert sizes[30] <= sizes[90]
+        bridge.handle(teleop("watch", camera="thermal"))
+        assert replies(link, bridge, "watch")[-1]["error"] == "robot 0 has no camera 'thermal'"
+    finally:
+        bridge.close()
