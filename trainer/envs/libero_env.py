@@ -119,6 +119,7 @@ class LiberoVectorEnv(VectorEnv):
         self._task_id: int | None = None
         self._start = np.zeros((num_envs, 0))
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._frames: list[dict[str, np.ndarray]] = [{} for _ in range(num_envs)]
 
     # ----- tasks and init states -------------------------------------------------
     def init_states(self, task_id: int) -> torch.Tensor:
@@ -152,7 +153,7 @@ class LiberoVectorEnv(VectorEnv):
             self._build_copies(task_id)
         self._start = init_states.detach().cpu().numpy().astype(np.float64)
         self._elapsed[:] = 0
-        return torch.stack([self._observe(self._restart(i)) for i in range(self.num_envs)])
+        return torch.stack([self._observe(self._restart(i), i) for i in range(self.num_envs)])
 
     def step(self, actions: torch.Tensor) -> EnvStep:
         if self._task_id is None:
@@ -184,10 +185,10 @@ class LiberoVectorEnv(VectorEnv):
                     truncated[i] = True
                     break
             assert raw is not None, "a chunk holds at least one action"
-            final.append(self._observe(raw))
+            final.append(self._observe(raw, i))
             if terminated[i] or truncated[i]:
                 self._elapsed[i] = 0
-                obs.append(self._observe(self._restart(i)))
+                obs.append(self._observe(self._restart(i), i))
             else:
                 obs.append(final[-1])
         return EnvStep(
@@ -235,9 +236,26 @@ class LiberoVectorEnv(VectorEnv):
             raw, _, _, _ = copy.step(NOOP_ACTION)
         return raw
 
-    def _observe(self, raw: dict[str, np.ndarray]) -> torch.Tensor:
+    @property
+    def camera_names(self) -> list[str]:
+        """The cameras the copies render for their observations (camera or VLA mode);
+        none in state mode, where nothing is rendered."""
         if self.vision_language is not None:
-            images = np.stack([raw[f"{name}_image"][::-1] for name in VLA_CAMERAS])  # upright
+            return list(VLA_CAMERAS)
+        return [CAMERA_NAME] if self.camera else []
+
+    def camera_frames(self, copy: int) -> dict[str, np.ndarray]:
+        """Copy `copy`'s latest camera images, upright `[H, W, 3]` uint8: the ones its
+        last observation was made from, not rendered again (the operator console's)."""
+        return dict(self._frames[copy]) if copy < len(self._frames) else {}
+
+    def _observe(self, raw: dict[str, np.ndarray], copy: int) -> torch.Tensor:
+        frames = {name: np.ascontiguousarray(raw[f"{name}_image"][::-1])  # upright
+                  for name in self.camera_names}  # fmt: skip
+        if frames:
+            self._frames[copy] = frames
+        if self.vision_language is not None:
+            images = np.stack([frames[name] for name in VLA_CAMERAS])
             proprio = np.concatenate(
                 [raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"]]
             )
@@ -247,7 +265,7 @@ class LiberoVectorEnv(VectorEnv):
                 torch.tensor([self._task_id or 0]),
             )[0]
         if self.camera:
-            image = np.ascontiguousarray(raw[f"{CAMERA_NAME}_image"][::-1])  # upright
+            image = frames[CAMERA_NAME]
             return torch.from_numpy(image).permute(2, 0, 1).float().div_(255.0)
         objects = np.asarray(raw["object-state"], dtype=np.float32)
         if objects.shape[0] > OBJECT_STATE_DIM:

@@ -57,8 +57,10 @@ class RobotDriver(Protocol):
 
 
 class SimulatedRobot:
-    """One copy of a simulated env as a robot. Its state is the env's `copy_state` and
-    its camera the env's top-down `render`, where the env has them (the built-in env)."""
+    """One copy of a simulated env as a robot. Its state is the env's `copy_state`;
+    its cameras the images its last observation was made from where the env keeps them
+    (`camera_frames`: LIBERO's agent-view and wrist cameras), else the env's top-down
+    `render` where it has one (the built-in env)."""
 
     def __init__(self, env: object, copy: int, name: str, frame_size: int = 160) -> None:
         self.env, self.copy, self.name, self.frame_size = env, copy, name, frame_size
@@ -76,11 +78,17 @@ class SimulatedRobot:
         return state
 
     def camera_names(self) -> list[str]:
+        if hasattr(self.env, "camera_frames"):  # LIBERO: the cameras it observes with
+            return list(self.env.camera_names)
         return ["top"] if hasattr(self.env, "render") else []
 
     def read_cameras(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        if "top" not in self.camera_names() or (names is not None and "top" not in names):
+        wanted = [name for name in self.camera_names() if names is None or name in names]
+        if not wanted:
             return {}
+        if hasattr(self.env, "camera_frames"):  # the frames of its last observation
+            frames = self.env.camera_frames(self.copy)
+            return {name: frames[name] for name in wanted if name in frames}
         return {"top": self.env.render(self.copy, self.frame_size).numpy()}
 
     def send_action(self, action: Sequence[float]) -> None:

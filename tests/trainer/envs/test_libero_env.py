@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,6 +121,36 @@ def test_camera_mode_gives_upright_images(libero_installed):
         assert bottom > top
         step = env.step(torch.zeros(1, 1, 7))
         assert step.obs.shape == (1, 3, 64, 64)
+    finally:
+        env.close()
+
+
+def test_the_console_sees_the_cameras_a_copy_observes_with_and_no_others(libero_installed):
+    from trainer.robots.driver import SimulatedRobot
+
+    state_only = LiberoVectorEnv(num_envs=1, suite="libero_object")
+    try:
+        assert SimulatedRobot(state_only, 0, "sim-0").camera_names() == []  # nothing rendered
+    finally:
+        state_only.close()
+    env = LiberoVectorEnv(num_envs=1, suite="libero_object", vision_language=True, image_size=64)
+    try:
+        robot = SimulatedRobot(env, 0, "sim-0")
+        assert robot.camera_names() == ["agentview", "robot0_eye_in_hand"]
+        assert robot.read_cameras() == {}  # before the first observation
+        for moves in range(2):  # after the reset, then after a step
+            obs = (
+                env.step(torch.zeros(1, 1, 7)).obs
+                if moves
+                else env.reset(0, env.init_states(0)[:1])
+            )
+            images, _, _ = env.vision_language.unpack(obs)
+            frames = robot.read_cameras()
+            for index, name in enumerate(robot.camera_names()):
+                assert frames[name].dtype == np.uint8 and frames[name].shape == (64, 64, 3)
+                observed = images[0, index].mul(255).round().to(torch.uint8).permute(1, 2, 0)
+                assert torch.equal(torch.from_numpy(frames[name]), observed)  # its own pixels
+        assert list(robot.read_cameras(["robot0_eye_in_hand"])) == ["robot0_eye_in_hand"]
     finally:
         env.close()
 
