@@ -8,14 +8,11 @@ import math
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
-from controlplane.experiments.services import create_experiment
 from controlplane.runs.artifacts import run_artifact_dir
-from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
+from tests.browser.operator_run import operator_run
 from tests.processes import wait_until
 from trainer.data.demos import load_demos
 
@@ -34,23 +31,13 @@ def running(browser, stack_factory, ray_head):
     stack.start_worker()
     stack.start_web()
     config = (settings.BASE_DIR / "examples/builtin_rlpd_console.yaml").read_text()
-    experiment = create_experiment("console-demo", config)
-    user = get_user_model().objects.create_user("olga", password="pw-for-tests")
-    user.groups.add(Group.objects.get_or_create(name="operator")[0])
     # Its robots step in real time (env.interventions.real_time): 4 s an iteration, so
     # the run is still going when the operator drives. The deadman is 1 s here, not
     # 0.15: this test is about the operator's path, and a headless browser on a busy CI
     # machine can miss its 25 ms heartbeats for longer than 0.15 s (the deadman itself
     # is tested in tests/controlplane/console/test_console_safety.py).
     overrides = [f"runner.iterations={ITERATIONS}", "env.interventions.deadman_s=1.0"]
-    run, _ = launch_run(experiment, user=user, overrides=overrides)
-    page = browser.new_page()
-    # No gamepad is plugged in here: the page reads whatever the Gamepad API lists.
-    page.add_init_script("window.testPads = []; navigator.getGamepads = () => window.testPads;")
-    page.goto(f"{stack.url}/login/?next=/runs/{run.pk}/")
-    page.get_by_label("Username").fill("olga")
-    page.get_by_label("Password").fill("pw-for-tests")
-    page.get_by_role("button", name="Log in").click()
+    page, run = operator_run(browser, stack, "console-demo", config, "/runs/{run}/", overrides)
     page.stack = stack
     yield page, run
     page.close()

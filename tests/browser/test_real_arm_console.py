@@ -8,14 +8,11 @@ import time
 
 import pytest
 import yaml
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
-from controlplane.experiments.services import create_experiment
 from controlplane.runs.artifacts import run_artifact_dir
-from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run, RunEvent, RunState
+from tests.browser.operator_run import operator_run
 from tests.processes import wait_until
 from tests.trainer.hardware.fake_camera import FakeCamera
 from tests.trainer.hardware.fake_serl_server import FakeSerlServer
@@ -69,16 +66,8 @@ def test_an_operator_drives_a_real_arm_and_the_run_survives_its_server_dying(
     stack = stack_factory(RAY_ADDRESS=ray_head.url)
     stack.start_worker()
     stack.start_web()
-    experiment = create_experiment("real-arm", arm_config(server, camera))
-    user = get_user_model().objects.create_user("olga", password="pw-for-tests")
-    user.groups.add(Group.objects.get_or_create(name="operator")[0])
-    run, _ = launch_run(experiment, user=user)
-    page = browser.new_page()
-    page.add_init_script("navigator.getGamepads = () => [];")
-    page.goto(f"{stack.url}/login/?next=/console/runs/{run.pk}/")
-    page.get_by_label("Username").fill("olga")
-    page.get_by_label("Password").fill("pw-for-tests")
-    page.get_by_role("button", name="Log in").click()
+    page, run = operator_run(browser, stack, "real-arm", arm_config(server, camera),
+                             "/console/runs/{run}/")  # fmt: skip
     try:
         expect(page.locator("#link-state")).to_have_text("live", timeout=180_000)
         expect(page.get_by_role("tab")).to_have_text("franka-0 · policy")
