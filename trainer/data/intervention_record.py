@@ -47,14 +47,14 @@ class InterventionRecord:
         picked = {name: tensor[chosen].cpu() for name, tensor in rows.items()}
         count = int(picked["intervened"].shape[0])
         self.parts.append(picked)
-        self.task_ids.append(torch.full((count,), self.task_id, dtype=torch.long))
+        self.task_ids.append(torch.full((count,), self.task_id, dtype=torch.long, device="cpu"))
         self.rows += count
 
     def transitions(self) -> tuple[Batch, torch.Tensor]:
         """Every recorded row in order, and the task id of each."""
         self._join()
         if not self.parts:
-            return {}, torch.zeros(0, dtype=torch.long)
+            return {}, torch.zeros(0, dtype=torch.long, device="cpu")
         return self.parts[0], self.task_ids[0]
 
     def write(
