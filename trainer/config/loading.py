@@ -20,10 +20,17 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from trainer.bounded_yaml import YamlLimitError, load_bounded
-from trainer.cluster import ClusterConfigError, Plan, cluster_from_dict, resolve_placement
+from trainer.cluster import (
+    Cluster,
+    ClusterConfigError,
+    Plan,
+    cluster_from_dict,
+    resolve_placement,
+)
 from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
 from trainer.config.env_shards import assign_env_shards
 from trainer.config.errors import ConfigError, ConfigIssue
+from trainer.config.inventory_arms import with_inventory_arms
 from trainer.config.schema import ExperimentConfig
 
 _KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
@@ -251,15 +258,17 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError.single((), "the config must be a mapping of sections", rule=_TYPE)
-    cluster_problems, plan = _cluster_problems(data.get("cluster"))
+    cluster_problems, cluster, plan = _cluster_problems(data.get("cluster"))
     try:
         config = ExperimentConfig.model_validate(dict(data))
     except ValidationError as error:
         raise ConfigError(
             [_schema_problem(issue) for issue in error.errors()] + cluster_problems
         ) from None
+    config, arm_problems = with_inventory_arms(config, cluster)
     problems = (
-        _consistency_problems(config) + cluster_problems + _env_worker_problems(config, plan)
+        _consistency_problems(config) + cluster_problems + arm_problems
+        + _env_worker_problems(config, plan)
         + _rollout_worker_problems(config, plan) + _intervention_problems(config, plan)
     )  # fmt: skip
     if problems:
@@ -267,18 +276,18 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
     return config
 
 
-def _cluster_problems(section: Any) -> tuple[list[ConfigIssue], Plan | None]:
+def _cluster_problems(section: Any) -> tuple[list[ConfigIssue], Cluster | None, Plan | None]:
     """The `cluster:` section checked by `trainer.cluster`: the inventory, then its
-    component placement (when it has one) resolved against it; and that plan."""
+    component placement (when it has one) resolved against it; the cluster and plan."""
     if not isinstance(section, Mapping):
-        return [], None  # absent (None) is allowed; another type is reported by the schema
+        return [], None, None  # absent is allowed; another type is reported by the schema
     try:
         cluster = cluster_from_dict(section, ("cluster",))
         if cluster.component_placement is not None:
-            return [], resolve_placement(cluster)
+            return [], cluster, resolve_placement(cluster)
     except ClusterConfigError as error:
-        return list(error.issues), None  # the same type: rule and key path kept
-    return [], None
+        return list(error.issues), None, None  # the same type: rule and key path kept
+    return [], cluster, None
 
 
 def _env_worker_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
