@@ -37,7 +37,7 @@ def split_episodes(demos: Batch) -> list[torch.Tensor]:
         members[episode].append(row)
         if not bool(terminal[row]):
             waiting.setdefault(row_key(next_obs[row]), deque()).append(episode)
-    return [torch.tensor(rows, dtype=torch.long) for rows in members]
+    return [torch.tensor(rows, dtype=torch.long, device="cpu") for rows in members]
 
 
 def row_key(row: torch.Tensor) -> bytes:

@@ -82,6 +82,8 @@ def write_dataset(
     (default: one task) and `task_names` (default: "task <id>")."""
     if demos["obs"].shape[0] == 0:
         raise ValueError("no transitions to write")
+    # Files are written from host memory, whatever device the rows come from.
+    demos = {name: tensor.cpu() for name, tensor in demos.items()}
     episodes = split_episodes(demos)
     lengths = [len(episode) for episode in episodes]
     order = torch.cat(episodes)
@@ -107,9 +109,10 @@ def write_dataset(
         tasks = _state_tasks(order, count, task_ids, task_names)
     columns[ACTION] = rows["action"].float().numpy()
     features[ACTION] = vector_feature(columns[ACTION].shape[1])
-    done = torch.zeros(count, dtype=torch.bool)
-    done[torch.tensor(lengths).cumsum(0) - 1] = True  # LeRobot's recorder: the episode ends
-    intervened = rows.get("intervened", torch.ones(count, dtype=torch.bool))
+    done = torch.zeros(count, dtype=torch.bool, device="cpu")
+    ends = torch.tensor(lengths, device="cpu").cumsum(0) - 1
+    done[ends] = True  # LeRobot's recorder: the episode ends
+    intervened = rows.get("intervened", torch.ones(count, dtype=torch.bool, device="cpu"))
     scalars = {
         REWARD: rows["reward"].float(),
         DONE: done,
@@ -265,7 +268,7 @@ def _packed_rows(
             f"{folder}: task {unknown[0]!r} is none of the env's instructions "
             f"({len(spec.instructions)} of them, e.g. {spec.instructions[0]!r})"
         )
-    task_ids = torch.tensor([task_of[task] for task in tasks], dtype=torch.long)
+    task_ids = torch.tensor([task_of[task] for task in tasks], dtype=torch.long, device="cpu")
     pictures = np.stack([columns[name] for name in cameras], axis=1)  # [N, cams, H, W, C]
     images = torch.from_numpy(pictures).permute(0, 1, 4, 2, 3)
     return spec.pack(images, proprio, task_ids)

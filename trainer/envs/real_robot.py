@@ -194,7 +194,9 @@ class RobotConsoleView:
         """The env connected the arm."""
 
     def read_state(self) -> dict[str, list[float]]:
-        return self.driver.read_state()
+        """The arm's state to 4 decimals (0.1 mm, 1e-4 rad): what a person reads."""
+        state = self.driver.read_state()
+        return {name: [round(value, 4) for value in values] for name, values in state.items()}
 
     def camera_names(self) -> list[str]:
         return [camera.name for camera in self.cameras]
