@@ -87,7 +87,7 @@ def report(run: Run, message: dict) -> None:
     off_the_loop(store_and_tell)
 
 
-def live(page, timeout_ms: int = 15_000) -> None:
+def live(page, timeout_ms: int = 40_000) -> None:
     """Every socket of the page is open (each section's dot is on)."""
     expect(page.locator(".live-dot").first).to_be_visible()
     expect(page.locator(".live-dot:not(.on)")).to_have_count(0, timeout=timeout_ms)

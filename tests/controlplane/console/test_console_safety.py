@@ -234,7 +234,7 @@ def test_safety_holds_are_not_demonstrations_and_an_operators_commands_are(scene
     # Olga drives: her commands go into both buffers, robot 1 stays out of the demos.
     stop = threading.Event()
     keep_driving(olga, stop)
-    wait_until(lambda: len(robots.demo) >= 10, 10, "olga's steps in the demo buffer", 0.01)
+    wait_until(lambda: len(robots.demo) >= 10, 40, "olga's steps in the demo buffer", 0.01)
     stop.set()
     demos = robots.demo.ordered()
     assert demos["intervened"].all()
