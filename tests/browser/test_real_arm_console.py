@@ -33,7 +33,7 @@ def arm_config(server: FakeSerlServer, camera: FakeCamera) -> str:
             "name": "real_robot", "num_parallel_envs": 1, "max_episode_steps": 40,
             "real_robot": {"task": "reach the far corner", "reconnect_s": 60, "robots": [{
                 "name": "franka-0", "url": server.url, "safety_box": BOX,
-                "action_scale": [0.02, 0.1, 1.0], "control_hz": 10, "timeout_s": 0.5,
+                "action_scale": [0.02, 0.1, 1.0], "control_hz": 10, "timeout_s": 2.0,
                 "reset_pose": [0.5, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0],
                 "cameras": [{"name": "wrist", "url": camera.url("stream")},
                             {"name": "front", "url": camera.url("snapshot")}],

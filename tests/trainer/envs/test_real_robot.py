@@ -41,7 +41,7 @@ def servers():
 def robots(servers, **extra) -> list[dict]:
     return [
         {"name": f"franka-{index}", "url": server.url, "safety_box": BOX, "control_hz": 100.0,
-         "timeout_s": 0.3, "action_scale": [0.02, 0.1, 1.0], "joint_reset": False,
+         "timeout_s": 2.0, "action_scale": [0.02, 0.1, 1.0], "joint_reset": False,
          "reset_pose": [0.5, 0.0, 0.2, 1.0, 0.0, 0.0, 0.0], **extra}
         for index, server in enumerate(servers)
     ]  # fmt: skip

@@ -26,7 +26,8 @@ def server():
 
 
 def arm(server: FakeSerlServer, **settings) -> SerlFranka:
-    options = {"safety_box": BOX, "control_hz": 200.0, "timeout_s": 0.3, **settings}
+    # A deadline a loaded CI machine's fake server meets; the silent-server test sets its own.
+    options = {"safety_box": BOX, "control_hz": 200.0, "timeout_s": 2.0, **settings}
     robot = SerlFranka("franka-0", SerlSettings(url=server.url, **options))
     robot.connect()
     return robot
@@ -82,10 +83,10 @@ def test_steps_keep_the_control_rate(server):
 
 
 def test_a_silent_server_is_a_lost_link_that_sends_nothing_more_until_it_answers(server):
-    robot = arm(server)
+    robot = arm(server, timeout_s=1.0)
     robot.send_action([0.5, 0, 0, 0, 0, 0, 0])
     server.fall_silent()
-    with pytest.raises(RobotLinkLost, match=r"franka-0: .*/pose did not answer within 0.3 s"):
+    with pytest.raises(RobotLinkLost, match=r"franka-0: .*/pose did not answer within 1.0 s"):
         robot.send_action([0.5, 0, 0, 0, 0, 0, 0])
     with pytest.raises(RobotLinkLost, match="link lost"):
         robot.send_action([0.5, 0, 0, 0, 0, 0, 0])
@@ -101,7 +102,7 @@ def test_a_silent_server_is_a_lost_link_that_sends_nothing_more_until_it_answers
 
 
 def test_a_dead_server_is_a_lost_link_and_a_restarted_one_is_reached_again(server):
-    robot = arm(server)
+    robot = arm(server, timeout_s=1.0)
     server.stop()
     with pytest.raises(RobotLinkLost, match="ConnectionError"):
         robot.send_action([0.0] * 7)
