@@ -70,13 +70,16 @@ def enable_fast_matmul(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+def autocast(
+    device: torch.device, precision: str, cache: bool = True
+) -> contextlib.AbstractContextManager:
     """The forward passes' precision: ``bf16`` runs them under autocast (weights and
-    optimizer state stay float32); ``fp32`` changes nothing."""
+    optimizer state stay float32); ``fp32`` changes nothing. `cache` False for code a
+    CUDA graph captures: autocast's cache of cast weights cannot live in a graph."""
     dtype = PRECISIONS[precision]
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
 class HostToDevice:

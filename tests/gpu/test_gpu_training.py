@@ -9,6 +9,8 @@ on a bare CUDA machine, from a copy of the repo,
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import socket
 import subprocess
@@ -127,6 +129,135 @@ def test_camera_frames_stay_uint8_in_gpu_buffers_and_train_the_cnn():
 
     metrics = learner.update(sample)
     assert metrics["rlpd/critic_loss"].is_cuda and learner.updates == 2
+
+
+def _rlpd_batches(count: int) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(3)
+    made = []
+    for _ in range(count):
+        made.append({
+            "obs": torch.randn(64, 10, generator=generator),
+            "action": torch.rand(64, 4, generator=generator) * 2 - 1,
+            "reward": (torch.rand(64, generator=generator) < 0.2).float(),
+            "next_obs": torch.randn(64, 10, generator=generator),
+            "terminal": torch.rand(64, generator=generator) < 0.1,
+        })  # fmt: skip
+    return [{name: tensor.to(CUDA) for name, tensor in batch.items()} for batch in made]
+
+
+def _rlpd_rounds(learner: RLPDLearner, batches, rounds: int) -> list[dict[str, float]]:
+    """`rounds` update rounds of `learner`, each on the next `cta_ratio` batches."""
+    feed = iter(batches)
+    metrics = [learner.update(lambda: next(feed)) for _ in range(rounds)]
+    return [{key: float(value) for key, value in row.items()} for row in metrics]
+
+
+def _same_learners(first: RLPDLearner, second: RLPDLearner) -> None:
+    for a, b in zip(first.state_dict()["critic"].values(), second.state_dict()["critic"].values(),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(first.actor.parameters(), second.actor.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_rlpd_rounds_replayed_from_a_cuda_graph_compute_what_eager_rounds_do():
+    """Warm-up rounds, the capture, then replays: every round's statistics are its own
+    (not the last replay's) and the learner ends where one launching kernel by kernel
+    does, with the same random draws (the graph advances the GPU's generator alike)."""
+    settings = RLPDSettings(hidden_sizes=(64, 64))
+    learners = {}
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        learners[graphed] = RLPDLearner(
+            10, 4, dataclasses.replace(settings, cuda_graph=graphed), CUDA
+        )
+    assert learners[False].graphed_round is None and learners[True].graphed_round is not None
+    batches = _rlpd_batches(2 * 8)
+    runs = {}
+    for graphed, learner in learners.items():
+        torch.cuda.manual_seed(1)
+        runs[graphed] = _rlpd_rounds(learner, batches, 8)
+    assert learners[True].graphed_round.graph is not None  # 3 eager rounds, then replays
+    assert learners[True].updates == learners[False].updates == 16
+    losses = [row["rlpd/critic_loss"] for row in runs[True]]
+    assert len(set(losses)) == len(losses)
+    for eager, replayed in zip(runs[False], runs[True], strict=True):
+        assert eager.keys() == replayed.keys()
+        for key in eager:
+            assert replayed[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-5), key
+    _same_learners(learners[False], learners[True])
+
+
+def test_a_graphed_rlpd_learner_loads_a_checkpoint_and_captures_again():
+    """Loading replaces the optimisers' state tensors the graph pointed at: the next
+    rounds run from the loaded state, not from stale copies."""
+    settings = RLPDSettings(hidden_sizes=(64, 64))
+    torch.manual_seed(0)
+    source = RLPDLearner(10, 4, dataclasses.replace(settings, cuda_graph=False), CUDA)
+    torch.manual_seed(5)
+    graphed = RLPDLearner(10, 4, settings, CUDA)
+    batches = _rlpd_batches(2 * 12)
+    _rlpd_rounds(source, batches[:8], 4)
+    _rlpd_rounds(graphed, batches[8:], 8)  # captured and replayed
+    assert graphed.graphed_round.graph is not None
+    graphed.load_state_dict(copy.deepcopy(source.state_dict()))
+    assert graphed.graphed_round.graph is None and graphed.updates == source.updates
+    torch.cuda.manual_seed(2)
+    _rlpd_rounds(source, batches[8:], 8)
+    torch.cuda.manual_seed(2)
+    _rlpd_rounds(graphed, batches[8:], 8)
+    assert graphed.graphed_round.graph is not None and graphed.updates == source.updates == 24
+    _same_learners(source, graphed)
+
+
+FSDP_ONE_GPU = """
+import sys, torch
+from pathlib import Path
+from tests.trainer.runtime.test_gradient_sync import rows
+from trainer.algorithms import PPO, OnPolicySettings
+from trainer.algorithms.collective import TorchCollective
+from trainer.models import GaussianChunkPolicy, build_encoder
+port, folder = int(sys.argv[1]), Path(sys.argv[2])
+device = torch.device("cuda", 0)
+settings = OnPolicySettings(update_epochs=2)
+def policy():
+    torch.manual_seed(0)
+    return GaussianChunkPolicy(build_encoder("mlp", (6,), (64,)), 3, 3, 4)
+samples = rows(PPO(policy(), None, settings, chunk=2), 16, seed=0)
+group = TorchCollective(0, 1, "127.0.0.1", port, "nccl", 60.0, device)
+algorithm = PPO(policy(), None, settings, chunk=2, device=device)
+algorithm.collective = group
+# shard()'s steps on a one-rank mesh, which shard() itself leaves whole: the most of
+# FSDP2 (DTensors, the sharded optimizer, torch.distributed.checkpoint) one GPU runs.
+import trainer.algorithms.sharding as sharding
+algorithm.acting_policy = sharding.acting_copy(algorithm.policy)
+sharding.shard(algorithm.policy, sharding.device_mesh(device, 1))
+algorithm.optimizer = algorithm._make_optimizer()
+algorithm.sharded = True
+algorithm.update_rows({key: value.to(device) for key, value in samples.items()})
+state = algorithm.state_dict(folder / "iter_000001.shards")
+trained = [p.detach().cpu() for p in algorithm.acting_policy.parameters()]
+group.close()
+single = PPO(policy(), None, settings, chunk=2)  # on the CPU, unsharded, no group
+single.load_state_dict({"shards": str(folder / state["shards"])})
+loaded = [p.detach() for p in single.policy.parameters()]
+untrained = [p.detach() for p in policy().parameters()]
+moved = max(float((a - b).abs().max()) for a, b in zip(trained, untrained))
+gap = max(float((a - b).abs().max()) for a, b in zip(trained, loaded))
+print(sorted(p.name for p in (folder / state["shards"]).glob("*.distcp")), moved > 0, gap < 1e-5)
+"""
+
+
+def test_fsdp_on_one_gpu_updates_and_its_shards_load_unsharded_on_the_cpu(tmp_path):
+    """FSDP2's code paths on CUDA with the one GPU there is (a one-rank NCCL group)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", FSDP_ONE_GPU, str(port), str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.stdout.strip() == "['__0_0.distcp'] True True", done.stderr[-3000:]
 
 
 @pytest.mark.parametrize(("first", "then"), [("cuda", "cpu"), ("cpu", "cuda")])

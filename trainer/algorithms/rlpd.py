@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from trainer.algorithms.rlpd_graph import GraphedRound
 from trainer.devices import autocast
 from trainer.models.encoders import build_encoder
 
@@ -48,6 +49,8 @@ class RLPDSettings:
     # Subtract α·log π(a'|s') in the target. Off by default, as in HIL-SERL: with a
     # sparse reward of 1 the entropy bonus (several nats per step) swamps it.
     backup_entropy: bool = False
+    # On a GPU, replay each round as one captured CUDA graph (trainer.algorithms.rlpd_graph).
+    cuda_graph: bool = True
 
     def __post_init__(self) -> None:
         if self.cta_ratio < 1:
@@ -229,23 +232,27 @@ class RLPDLearner:
         self.target_entropy = (
             -action_dim / 2 if settings.target_entropy is None else settings.target_entropy
         )
-        # Fused Adam: one kernel per step instead of a dozen ops per parameter.
+        graphed = settings.cuda_graph and self.device.type == "cuda"
+        # Fused Adam: one kernel per step instead of a dozen ops per parameter;
+        # capturable (its step count on the device) where a graph replays it.
+        adam = {"fused": True, "capturable": graphed}
         self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), lr=settings.actor_lr, fused=True
+            self.actor.parameters(), lr=settings.actor_lr, **adam
         )
         self.critic_optimizer = torch.optim.Adam(
-            self.critic.parameters(), lr=settings.critic_lr, fused=True
+            self.critic.parameters(), lr=settings.critic_lr, **adam
         )
         self.temperature_optimizer = torch.optim.Adam(
-            [self.log_temperature], lr=settings.temperature_lr, fused=True
+            [self.log_temperature], lr=settings.temperature_lr, **adam
         )
         self._target_parameters = list(self.target_critic.parameters())
         self._critic_parameters = list(self.critic.parameters())
         self.updates = 0  # critic updates so far
+        self.graphed_round: GraphedRound | None = GraphedRound(self) if graphed else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The networks' forward passes' precision (`precision`)."""
-        return autocast(self.device, self.precision)
+        return autocast(self.device, self.precision, cache=self.graphed_round is None)
 
     @property
     def temperature(self) -> float:
@@ -257,9 +264,18 @@ class RLPDLearner:
 
     def update(self, sample: Callable[[], Batch]) -> dict[str, torch.Tensor]:
         """One round of the schedule; `sample()` gives a fresh mixed batch each call."""
+        batches = (sample() for _ in range(self.settings.cta_ratio))
+        if self.graphed_round is not None:
+            return self.graphed_round.update(list(batches))
+        return self.round(batches)
+
+    def round(self, batches: Iterable[Batch]) -> dict[str, torch.Tensor]:
+        """`cta_ratio - 1` critic updates, then the joint update, each on the next batch
+        (drawn as it is needed when `batches` is a generator)."""
+        batches = iter(batches)
         for _ in range(self.settings.cta_ratio - 1):
-            self.critic_step(sample())
-        return self.joint_step(sample())
+            self.critic_step(next(batches))
+        return self.joint_step(next(batches))
 
     def critic_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic update on the soft Bellman target, then the targets' Polyak step."""
@@ -343,6 +359,9 @@ class RLPDLearner:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if self.graphed_round is not None:
+            # The optimisers get new state tensors: a captured round points at the old.
+            self.graphed_round.reset()
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.target_critic.load_state_dict(state["target_critic"])

@@ -401,6 +401,11 @@ class RLPDConfig(Section):
         "HIL-SERL, so a sparse success reward is not swamped by it.",
     )
     target_entropy: float | None = Field(None, description="null: -action_dim / 2.")
+    cuda_graph: bool = Field(
+        True,
+        description="On a GPU, capture an update round once as a CUDA graph and replay it "
+        "(one launch instead of hundreds of small kernels); false runs it kernel by kernel.",
+    )
     publish_every: PositiveInt = Field(
         10,
         description="Updates between publications of the actor's weights to placed env "

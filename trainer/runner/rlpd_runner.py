@@ -69,7 +69,7 @@ def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
         hidden_sizes=tuple(r.hidden_sizes), actor_lr=r.actor_lr, critic_lr=r.critic_lr,
         temperature_lr=r.temperature_lr, init_temperature=r.init_temperature,
         target_entropy=r.target_entropy, cta_ratio=r.cta_ratio,
-        backup_entropy=r.backup_entropy,
+        backup_entropy=r.backup_entropy, cuda_graph=r.cuda_graph,
     )  # fmt: skip
 
 
