@@ -38,6 +38,13 @@ def _config(tmp_path: Path, example: str, *overrides: str):
     )
 
 
+def _with_repo_on_path() -> dict[str, str]:
+    """The environment for a child process: the repo first, then what the parent's
+    path had (the wheels a bare machine was given)."""
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
 def _devices(module: torch.nn.Module) -> set[str]:
     return {p.device.type for p in module.parameters()}
 
@@ -255,7 +262,7 @@ def test_fsdp_on_one_gpu_updates_and_its_shards_load_unsharded_on_the_cpu(tmp_pa
         port = sock.getsockname()[1]
     done = subprocess.run(
         [sys.executable, "-c", FSDP_ONE_GPU, str(port), str(tmp_path)],
-        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=180,
+        env=_with_repo_on_path(), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.stdout.strip() == "['__0_0.distcp'] True True", done.stderr[-3000:]
 
@@ -312,7 +319,7 @@ def two_ranks(script: str, timeout_s: float) -> list[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = _with_repo_on_path()
     ranks = [
         subprocess.Popen([sys.executable, "-c", script, str(rank), str(port)], env=env,
                          stdout=subprocess.PIPE, text=True)

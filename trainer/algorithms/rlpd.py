@@ -346,6 +346,9 @@ class RLPDLearner:
     def update_targets(self) -> None:
         torch._foreach_lerp_(self._target_parameters, self._critic_parameters, self.settings.tau)
 
+    def _optimizers(self) -> tuple[torch.optim.Optimizer, ...]:
+        return self.actor_optimizer, self.critic_optimizer, self.temperature_optimizer
+
     def state_dict(self) -> dict:
         return {
             "actor": self.actor.state_dict(),
@@ -370,6 +373,11 @@ class RLPDLearner:
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
+        for optimizer in self._optimizers():
+            for group in optimizer.param_groups:
+                # A saved group brings the flag of the learner that saved it (a CPU run's
+                # is False); this learner's graph needs its own.
+                group["capturable"] = self.graphed_round is not None
         self.updates = state["updates"]
 
 
