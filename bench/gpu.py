@@ -239,7 +239,9 @@ def rlpd_pair(device: torch.device, cuda_graph: bool = True):
             "terminal": torch.rand(rows) < 0.05, "intervened": torch.zeros(rows, dtype=torch.bool),
         })  # fmt: skip
     sampler = MixedSampler(online, demo, RLPD_BATCH)
-    generator = torch.Generator().manual_seed(0)
+    # Where the buffers are, as RLPDAlgorithm draws: a CPU generator's rows would cross
+    # to the GPU each batch, a copy that waits for the update in flight.
+    generator = torch.Generator(device).manual_seed(0)
 
     def sample() -> dict[str, torch.Tensor]:
         batch = sampler.sample(generator)
