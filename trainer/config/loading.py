@@ -355,23 +355,15 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
 
 
 def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
-    """Interventions act one step at a time, on the env copies of the process that has
-    the run's link (the console's commands arrive by it)."""
+    """Interventions act on the env copies of the process that has the run's link (the
+    console's commands arrive by it), one env step at a time whatever the chunk."""
     source = config.env.interventions.source
     where = ("env", "interventions", "source")
     if source == "none":
         return []
     components = plan.components if plan is not None else {}
     if config.algorithm.name != "rlpd":
-        if config.actor.model.num_action_chunks != 1:
-            return [
-                ConfigIssue(
-                    "interventions.action_chunks",
-                    f"an operator acts one step at a time: interventions in "
-                    f"{config.algorithm.name} runs need actor.model.num_action_chunks: 1",
-                    where,
-                )
-            ]
+        # Chunks of any length: the intervention wrapper steps them one action at a time.
         if any(components.get(name) for name in ("env", "rollout")) or (
             len(components.get("actor", ())) > 1
         ):

@@ -47,7 +47,7 @@ class ActionSource(Protocol):
 
 
 class InterventionEnv(VectorEnv):
-    """`env` with `source` taking over copies when it wants; one action per step."""
+    """`env` with `source` taking over copies when it wants, one env step at a time."""
 
     def __init__(self, env: VectorEnv, source: ActionSource) -> None:
         self.env, self.source = env, source
@@ -73,15 +73,27 @@ class InterventionEnv(VectorEnv):
         return self.obs
 
     def step(self, actions: torch.Tensor) -> EnvStep:
+        """One action per copy ([N, action_dim] or a chunk of one), or a chunk of C
+        ([N, C, action_dim]) stepped one action at a time, the source asked before each:
+        an operator acts per env step whatever the policy's chunk."""
         if self.obs is None:
             raise RuntimeError("reset the env before stepping it")
-        if actions.dim() == 3 and actions.shape[1] == 1:  # a chunk of one action
-            actions = actions[:, 0]
-        if actions.dim() != 2:
+        if actions.dim() == 2:
+            actions = actions[:, None]
+        if (
+            actions.dim() != 3
+            or actions.shape[0] != self.num_envs
+            or (actions.shape[2] != self.action_dim)
+        ):
             raise ValueError(
-                f"interventions take one action per step: actions must have shape "
-                f"({self.num_envs}, {self.action_dim}), got {tuple(actions.shape)}"
+                f"actions must have shape ({self.num_envs}, {self.action_dim}) or "
+                f"({self.num_envs}, chunk, {self.action_dim}), got {tuple(actions.shape)}"
             )
+        if actions.shape[1] == 1:
+            return self._step_one(actions[:, 0])
+        return self._step_chunk(actions)
+
+    def _step_one(self, actions: torch.Tensor) -> EnvStep:
         taken = self.source.act(self.obs, self.episode_step)
         applied = torch.where(taken.takes_over[:, None], taken.actions.to(actions.dtype), actions)
         human = taken.human & taken.takes_over
@@ -97,6 +109,63 @@ class InterventionEnv(VectorEnv):
         if bool(step.done.any()):
             self.source.episode_ended(step.done)
         return step
+
+    def _step_chunk(self, chunk: torch.Tensor) -> EnvStep:
+        """The chunk's actions one env step each, combined into one step of the chunk:
+        rewards summed, the executed actions counted, and `intervened` / `held` set
+        where an operator chose (or a safety rule held) any of them, so the chunk's row
+        weighs nothing in the policy-gradient terms. `applied_actions` is [N, C, A],
+        with `human_actions` / `held_actions` flagging each executed step. A copy whose
+        episode ends inside the chunk reports that end; the chunk's remaining actions
+        step it into its next episode uncounted (a round runs one episode per copy)."""
+        copies, length = chunk.shape[0], chunk.shape[1]
+        running = torch.ones(copies, dtype=torch.bool, device="cpu")
+        zeros = torch.zeros(copies, dtype=torch.bool, device="cpu")
+        terminated, truncated, success = zeros.clone(), zeros.clone(), zeros.clone()
+        reward = torch.zeros(copies, device="cpu")
+        executed = torch.zeros(copies, dtype=torch.long, device="cpu")
+        applied = chunk.clone()
+        human_actions = torch.zeros(copies, length, dtype=torch.bool, device="cpu")
+        held_actions = torch.zeros(copies, length, dtype=torch.bool, device="cpu")
+        obs: torch.Tensor | None = None
+        final: torch.Tensor | None = None
+        for index in range(length):
+            step = self._step_one(chunk[:, index])
+            live = running.clone()
+            reward += torch.where(live, step.reward, 0.0)
+            executed += live.long() * step.executed_actions
+            terminated |= live & step.terminated
+            truncated |= live & step.truncated
+            success |= live & step.success
+            applied[:, index] = step.applied_actions
+            human_actions[:, index] = live & step.intervened
+            held_actions[:, index] = live & step.held
+            # Each copy keeps the observation of its own last counted step: a copy that
+            # ended keeps the first of its next episode, as a one-action step gives.
+            obs = (
+                step.obs.clone()
+                if obs is None
+                else torch.where(_rows(live, step.obs), step.obs, obs)
+            )
+            ended = live & step.done
+            last = step.final_observation if step.final_observation is not None else step.obs
+            final = last.clone() if final is None else torch.where(_rows(ended, last), last, final)
+            running &= ~step.done
+            if not bool(running.any()):
+                applied, human_actions, held_actions = (
+                    t[:, : index + 1] for t in (applied, human_actions, held_actions)
+                )
+                break
+        assert obs is not None and final is not None
+        # Rows of copies still running: their final observation is their observation.
+        final = torch.where(_rows(running, obs), obs, final)
+        return EnvStep(
+            obs=obs, reward=reward, terminated=terminated, truncated=truncated,
+            success=success, executed_actions=executed, final_observation=final,
+            applied_actions=applied, intervened=human_actions.any(1),
+            held=held_actions.any(1) & ~human_actions.any(1),
+            human_actions=human_actions, held_actions=held_actions,
+        )  # fmt: skip
 
     def restart_workers(self) -> list[str]:
         return self.env.restart_workers()
@@ -139,3 +208,8 @@ class ScriptedReachOperator:
         if self.max_steps is not None:
             active &= episode_step < self.max_steps
         return SourceActions(actions, active, active)
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`mask` [N] shaped to broadcast over the rows of `like` [N, ...]."""
+    return mask.view(-1, *([1] * (like.dim() - 1)))

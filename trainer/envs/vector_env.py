@@ -43,6 +43,11 @@ class EnvStep:
     applied_actions: torch.Tensor | None = None
     intervened: torch.Tensor | None = None
     held: torch.Tensor | None = None
+    # A chunk of C actions stepped with an operator: [N, C] bool, which of its executed
+    # actions an operator chose, and which a safety rule held (`applied_actions` is then
+    # [N, C, action_dim]).
+    human_actions: torch.Tensor | None = None
+    held_actions: torch.Tensor | None = None
 
     @property
     def done(self) -> torch.Tensor:

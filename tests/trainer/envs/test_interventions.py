@@ -119,3 +119,63 @@ def test_a_bad_demo_file_is_named(tmp_path, arrays, message):
     (tmp_path / "junk.npz").write_text("not a zip")
     with pytest.raises(DemoFileError, match="not a readable"):
         load_demos(tmp_path / "junk.npz")
+
+
+class CountingOperator(ScriptedReachOperator):
+    """The scripted operator, counting how often it is asked."""
+
+    asked = 0
+
+    def act(self, obs, episode_step):
+        self.asked += 1
+        return super().act(obs, episode_step)
+
+
+def test_a_chunk_is_stepped_one_action_at_a_time_with_the_operator_asked_before_each():
+    env = BuiltinReachEnv(4, seed=0, max_episode_steps=6)
+    operator = CountingOperator(4, share=1.0, max_steps=2)
+    wrapped = InterventionEnv(env, operator)
+    wrapped.reset(0, env.init_states(0)[:4])
+    policy = torch.full((4, 4, 7), 0.25)
+    step = wrapped.step(policy)
+    assert operator.asked == 4 and step.executed_actions.tolist() == [4] * 4
+    # The operator drives the first two env steps of each episode, the policy the rest.
+    assert step.human_actions.tolist() == [[True, True, False, False]] * 4
+    assert step.intervened.all() and not step.held.any()
+    torch.testing.assert_close(step.applied_actions[:, 2:], policy[:, 2:])
+    assert not torch.allclose(step.applied_actions[:, :2], policy[:, :2])
+    # 6-step episodes: the next chunk ends them after two of its actions.
+    step = wrapped.step(policy)
+    assert step.executed_actions.tolist() == [2] * 4 and step.truncated.all()
+    assert step.applied_actions.shape == (4, 2, 7)  # nothing ran after every copy ended
+    assert not step.intervened.any()  # past the operator's two steps
+    # The copies start their next episode: the operator takes over again.
+    step = wrapped.step(policy)
+    assert step.human_actions[:, :2].all() and step.intervened.all()
+
+
+def _first_episodes(chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each copy's first episode, steered by the operator, stepped `chunk` actions at a
+    time: its return, length in env actions and success."""
+    env = BuiltinReachEnv(8, seed=3, max_episode_steps=40)
+    wrapped = InterventionEnv(env, ScriptedReachOperator(8, share=1.0, speed=0.3))
+    wrapped.reset(0, env.init_states(0)[:8])
+    returns, lengths = torch.zeros(8), torch.zeros(8, dtype=torch.long)
+    success, running = torch.zeros(8, dtype=torch.bool), torch.ones(8, dtype=torch.bool)
+    while running.any():
+        step = wrapped.step(torch.zeros(8, chunk, 7))
+        returns += torch.where(running, step.reward, 0.0)
+        lengths += torch.where(running, step.executed_actions, 0)
+        success |= running & step.success
+        running &= ~step.done
+    return returns, lengths, success
+
+
+def test_a_chunk_counts_each_copy_up_to_its_own_episodes_end():
+    """Episodes that end inside a chunk: the chunk's return and executed actions stop
+    where each copy's episode did, as when stepping one action at a time."""
+    one_by_one, chunked = _first_episodes(1), _first_episodes(5)
+    lengths = one_by_one[1]
+    assert bool(one_by_one[2].all()) and bool((lengths % 5 != 0).any())  # ends mid-chunk
+    for single, chunk in zip(one_by_one, chunked, strict=True):
+        torch.testing.assert_close(chunk, single)

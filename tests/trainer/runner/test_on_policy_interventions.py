@@ -76,16 +76,54 @@ def test_without_interventions_every_row_counts_in_the_policy_terms(tmp_path):
     assert torch.equal(samples["policy_weight"], samples["weight"])
 
 
-@pytest.mark.parametrize(
-    ("overrides", "wanted"),
-    [
-        (["actor.model.num_action_chunks=5"], "need actor.model.num_action_chunks: 1"),
-        (["env.interventions.source=console", "actor.model.num_action_chunks=5"],
-         "need actor.model.num_action_chunks: 1"),
-    ],
-)  # fmt: skip
-def test_an_on_policy_run_with_interventions_needs_one_action_per_step(tmp_path, overrides, wanted):
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_with_action_chunks_the_human_acts_per_step_and_their_chunks_weigh_nothing(
+    tmp_path, algorithm
+):
+    """Chunks of 5 actions and plans of 5 or 10: the operator steers every env step of
+    the episodes it takes over (all of them here, so every episode succeeds), and the
+    chunks it drove stay out of the policy's terms."""
+    chunked = ["actor.model.num_action_chunks=5", "rollout.action_horizons_pattern=[5,10]",
+               "algorithm.group_size=2"]  # fmt: skip
+    run = runner(tmp_path, *chunked, "env.interventions.source=scripted",
+                 "env.interventions.share=1.0", algorithm=algorithm)  # fmt: skip
+    try:
+        policy = parameters(run.algorithm.policy)
+        batch = run._collect_with_retries(0).batch
+        (metrics,) = run.learn()
+    finally:
+        run.close()
+    assert bool(batch.episode_success.all()) and metrics["rollout/success_rate"] == 1.0
+    samples = batch.training_samples()
+    assert not bool(samples["policy_weight"].any())
+    assert metrics["interventions/rate"] == 1.0
+    after = parameters(run.algorithm.policy)
+    assert all(torch.equal(a, b) for a, b in zip(policy, after, strict=True))
+
+
+def test_with_action_chunks_only_the_chunks_a_human_drove_leave_the_policy_terms(tmp_path):
+    run = runner(tmp_path, "actor.model.num_action_chunks=5",
+                 "rollout.action_horizons_pattern=[5]", "env.interventions.source=scripted",
+                 "env.interventions.share=0.5")  # fmt: skip
+    try:
+        batch = run._collect_with_retries(0).batch
+    finally:
+        run.close()
+    samples = batch.training_samples()
+    intervened = batch.intervened[batch.valid]
+    assert 0 < int(intervened.sum()) < int(batch.valid.sum())
+    assert samples["policy_weight"].tolist() == (~intervened).float().tolist()
+
+
+def test_an_on_policy_run_with_interventions_takes_one_process(tmp_path):
     with pytest.raises(ConfigError) as error:
-        load_config("examples/builtin_ppo.yaml", ["env.interventions.source=scripted", *overrides])
+        load_config(
+            "examples/builtin_ppo.yaml",
+            [
+                "env.interventions.source=scripted",
+                "cluster.num_nodes=1",
+                "cluster.component_placement.actor=0:0-1",
+            ],  # two actor ranks on node 0
+        )
     (problem,) = error.value.problems
-    assert problem.location == "env.interventions.source" and wanted in problem.message
+    assert problem.location == "env.interventions.source" and "one process" in problem.message
