@@ -1,12 +1,14 @@
 """A run launched by an operator, and a browser page logged in as them: where the
-console's browser tests start."""
+console's browser tests start; and what they read of the run and of the page."""
+
+import math
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from controlplane.experiments.services import create_experiment
 from controlplane.runs.launch import launch_run
-from controlplane.runs.models import Run
+from controlplane.runs.models import MetricPoint, Run
 
 OPERATOR, PASSWORD = "olga", "pw-for-tests"
 
@@ -26,3 +28,40 @@ def operator_run(browser, stack, name: str, config: str, next_path: str, overrid
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     return page, Run.objects.get(pk=run.pk)
+
+
+def values(run: Run, key: str) -> list[float]:
+    points = MetricPoint.objects.filter(key__run=run, key__name=key).order_by("step")
+    return list(points.values_list("value", flat=True))
+
+
+def effector_js(axis: int) -> str:
+    """The effector's coordinate on the page: "effector x y z · gripper g · goal x y z"."""
+    return f"Number(document.getElementById('robot-state').textContent.split(' ')[{axis + 1}])"
+
+
+def robot_state(page) -> dict[str, list[float]]:
+    """The robot's state as the page shows it, once the env has placed its goal (the
+    markers are never at the origin)."""
+    page.wait_for_function(
+        f"""() => !Number.isNaN({effector_js(0)})
+                  && !document.getElementById('robot-state').textContent.includes('goal 0 0 0')"""
+    )
+    text = page.locator("#robot-state").text_content()
+    parts = (part.split() for part in text.split(" · "))
+    return {name: [float(v) for v in rest] for name, *rest in parts}
+
+
+def free_direction(state: dict[str, list[float]]) -> tuple[int, int]:
+    """An axis (x or y) and a sign to drive the held effector 0.2 along and see it get
+    there: with room before the workspace's wall at ±1, and not into the goal (reaching
+    it would end the episode and put the effector back at its start)."""
+    effector, goal = state["effector"], state["goal"]
+    for axis in (0, 1):
+        others = [i for i in range(3) if i != axis]
+        aside = math.dist([effector[i] for i in others], [goal[i] for i in others])
+        for sign in (1, -1):
+            away = sign * (goal[axis] - effector[axis]) < 0
+            if 1 - sign * effector[axis] > 0.4 and (away or aside > 0.3):
+                return axis, sign
+    raise AssertionError(f"no free direction from {state}")

@@ -4,15 +4,19 @@ the takeover, the learner's demo buffer holds exactly the intervened transitions
 run's folder holds them as a LeRobot dataset, and the run page's intervention-rate
 chart draws them."""
 
-import math
-
 import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
 from controlplane.runs.artifacts import run_artifact_dir
-from controlplane.runs.models import MetricPoint, Run, RunEvent, RunState
-from tests.browser.operator_run import operator_run
+from controlplane.runs.models import Run, RunEvent, RunState
+from tests.browser.operator_run import (
+    effector_js,
+    free_direction,
+    operator_run,
+    robot_state,
+    values,
+)
 from tests.processes import wait_until
 from trainer.data.demos import load_demos
 
@@ -41,11 +45,6 @@ def running(browser, stack_factory, ray_head):
     page.stack = stack
     yield page, run
     page.close()
-
-
-def values(run: Run, key: str) -> list[float]:
-    points = MetricPoint.objects.filter(key__run=run, key__name=key).order_by("step")
-    return list(points.values_list("value", flat=True))
 
 
 def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(running):
@@ -119,35 +118,3 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
         timeout=30_000,
     ).json_value()
     assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0
-
-
-def effector_js(axis: int) -> str:
-    """The effector's coordinate on the page: "effector x y z · gripper g · goal x y z"."""
-    return f"Number(document.getElementById('robot-state').textContent.split(' ')[{axis + 1}])"
-
-
-def robot_state(page) -> dict[str, list[float]]:
-    """The robot's state as the page shows it, once the env has placed its goal (the
-    markers are never at the origin)."""
-    page.wait_for_function(
-        f"""() => !Number.isNaN({effector_js(0)})
-                  && !document.getElementById('robot-state').textContent.includes('goal 0 0 0')"""
-    )
-    text = page.locator("#robot-state").text_content()
-    parts = (part.split() for part in text.split(" · "))
-    return {name: [float(v) for v in rest] for name, *rest in parts}
-
-
-def free_direction(state: dict[str, list[float]]) -> tuple[int, int]:
-    """An axis (x or y) and a sign to drive the held effector 0.2 along and see it get
-    there: with room before the workspace's wall at ±1, and not into the goal (reaching
-    it would end the episode and put the effector back at its start)."""
-    effector, goal = state["effector"], state["goal"]
-    for axis in (0, 1):
-        others = [i for i in range(3) if i != axis]
-        aside = math.dist([effector[i] for i in others], [goal[i] for i in others])
-        for sign in (1, -1):
-            away = sign * (goal[axis] - effector[axis]) < 0
-            if 1 - sign * effector[axis] > 0.4 and (away or aside > 0.3):
-                return axis, sign
-    raise AssertionError(f"no free direction from {state}")

@@ -84,7 +84,10 @@ def sum_counts(parts: Iterable[Counter[str]]) -> Counter[str]:
     return total
 
 
-def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
+def rates_from_counts(counts: Counter[str], interventions: bool = False) -> dict[str, float]:
+    """The rates and counts to log; with `interventions` (a run with an operator) the
+    intervention metrics every iteration, zeros included, so their charts have a point
+    for each (without it, only where some step was a human's or held)."""
     episodes = counts["episodes"]
     if not episodes:
         return {}
@@ -94,7 +97,7 @@ def rates_from_counts(counts: Counter[str]) -> dict[str, float]:
         "rollout/episode_length": counts["length_sum"] / episodes,
         "rollout/episodes": episodes,
     }
-    if counts["intervened_steps"] or counts["held_steps"]:  # runs with env.interventions
+    if interventions or counts["intervened_steps"] or counts["held_steps"]:
         metrics["interventions/episodes"] = counts["intervened_episodes"]
         metrics["interventions/steps"] = counts["intervened_steps"]
         metrics["interventions/held_steps"] = counts["held_steps"]

@@ -169,7 +169,8 @@ class OnPolicyRunner(TrainingLoop):
         self.total_env_steps += env_steps
         self.iteration += 1
         self.task_cursor.advance()
-        metrics.update(rates_from_counts(counts))
+        has_operator = self.config.env.interventions.source != "none"
+        metrics.update(rates_from_counts(counts, interventions=has_operator))
         metrics.update(device_metrics(self.algorithm.device))
         metrics.update(
             {

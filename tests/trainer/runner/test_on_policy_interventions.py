@@ -66,6 +66,17 @@ def test_rows_a_human_chose_weigh_nothing_in_the_policy_terms(tmp_path):
     assert bool(samples["weight"].eq(1).all())
 
 
+def test_a_run_with_an_operator_logs_its_intervention_rate_when_no_one_intervened(tmp_path):
+    """A point each iteration, zero when the operator did nothing, so the chart has one
+    for every iteration."""
+    run = runner(tmp_path, "env.interventions.source=scripted", "env.interventions.share=0.0")
+    try:
+        (metrics,) = run.learn()
+    finally:
+        run.close()
+    assert metrics["interventions/rate"] == 0.0 and metrics["interventions/steps"] == 0.0
+
+
 def test_without_interventions_every_row_counts_in_the_policy_terms(tmp_path):
     run = runner(tmp_path, "algorithm.group_size=2", algorithm="grpo")
     try:
