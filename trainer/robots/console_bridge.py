@@ -43,6 +43,7 @@ FRAMES_PER_S = 15.0
 WATCH_S = 3.0  # a console asks for a robot's frames again within this (op "watch")
 MAX_FRAMES = 4  # frames per message
 JPEG_QUALITY = 80
+FRAME_SLACK = 0.25  # of a camera period
 # Replies that change what the console shows are sent at once, not at the next tick.
 PUBLISH_AT_ONCE = {"take_over", "release", "estop", "clear_stop", "mark", "link_lost"}
 
@@ -164,11 +165,18 @@ class ConsoleBridge:
 
     # ----- state out (the bridge's thread) ----------------------------------------------
     def _run(self) -> None:
-        while not self._stop.wait(self.period):
+        # Paced by deadlines, not by a wait after each publication: the time a
+        # publication takes (encoding frames) must not slow the rate below the one asked.
+        next_at = time.monotonic()
+        while True:
+            next_at += self.period
+            if self._stop.wait(max(0.0, next_at - time.monotonic())):
+                return
             try:
                 self.publish()
             except Exception:  # the console must never stop training
                 log.exception("console: could not publish the robots' state")
+            next_at = max(next_at, time.monotonic() - self.period)  # behind: no burst
 
     def publish(self) -> None:
         with self._publishing:  # from the link's thread and this one
@@ -185,8 +193,13 @@ class ConsoleBridge:
         held = [status.copy for status in statuses if status.mode != "policy"]
         frames = []
         framed = list(dict.fromkeys(held + watched))[:MAX_FRAMES]
-        if framed and now >= self._frames_due:
-            self._frames_due = now + self.camera_period
+        # Frames every camera period, kept on schedule (a tick a little early still
+        # counts) without bursting after a stall.
+        if framed and now >= self._frames_due - FRAME_SLACK * self.camera_period:
+            self._frames_due = max(
+                self._frames_due + self.camera_period,
+                now + (1 - FRAME_SLACK) * self.camera_period,
+            )
             for robot in framed:
                 frames += self._frames(robot, [camera for r, camera in shown if r == robot])
         robots = [
