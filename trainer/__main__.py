@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "trainer.commands.run",
     "trainer.commands.evaluate",
     "trainer.commands.tiny_vla",
+    "trainer.commands.train_classifier",
     "trainer.runtime.discover_cli",
 )
 

@@ -123,6 +123,19 @@ class RobotConfig(Section):
     )
 
 
+class SuccessClassifierConfig(Section):
+    path: str = Field(
+        description="A success classifier's file (python -m trainer train-classifier)."
+    )
+    camera: str | None = Field(
+        None, description="The camera of each arm it reads; null: each arm's first."
+    )
+    threshold: float | None = Field(
+        None, gt=0, lt=1, description="Probability from which a frame is a success; null: "
+        "the one saved with the classifier.",
+    )  # fmt: skip
+
+
 class RealRobotEnvConfig(Section):
     task: str = Field("the operator's task", description="What the arms are doing (its name).")
     robots: list[RobotConfig] = Field(
@@ -133,6 +146,12 @@ class RealRobotEnvConfig(Section):
         gt=0,
         description="After a lost link, how long a recovery keeps trying to reach the arm "
         "before the run fails (each of runner.env_worker_retries recoveries).",
+    )
+    success_classifier: SuccessClassifierConfig | None = Field(
+        None,
+        description="A learned success detector on the arms' cameras (HIL-SERL's reward "
+        "classifier): a frame it judges a success ends the episode with reward 1, as an "
+        "operator's mark does; null: only the marks.",
     )
 
 

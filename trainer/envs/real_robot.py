@@ -7,7 +7,9 @@ the gripper's position (1): 20 numbers. Actions are HIL-SERL's seven numbers in 
 (a translation, a rotation and the gripper), scaled, integrated into the measured pose
 and clipped to the arm's safety box by its driver. No simulator knows when the task is
 solved: an operator's mark in the console ends an episode as a success (reward 1,
-terminal) or a failure (trainer.envs.teleop), and the time limit truncates it. Each
+terminal) or a failure (trainer.envs.teleop), and the time limit truncates it; with
+`env.real_robot.success_classifier`, a frame of the arm's camera that the learned
+classifier judges a success ends it as a mark would. Each
 episode starts with the driver's reset (errors cleared, joints homed if configured, the
 reset pose, the gripper open).
 
@@ -72,6 +74,7 @@ class RealRobotEnv(VectorEnv):
         max_episode_steps: int = 100,
         reconnect_s: float = 60.0,
         camera: bool = False,
+        success_classifier: dict[str, Any] | None = None,
         **_unused: Any,  # the options of simulated envs (seed, init states per task)
     ) -> None:
         if len(robots) != num_envs:
@@ -97,8 +100,9 @@ class RealRobotEnv(VectorEnv):
             ]  # fmt: skip
             for driver in self.drivers
         ]
+        self.judge = SuccessJudge(success_classifier, self.cameras) if success_classifier else None
         self.pool = ThreadPoolExecutor(max_workers=num_envs, thread_name_prefix="arm")
-        self.steps = torch.zeros(num_envs, dtype=torch.long)
+        self.steps = torch.zeros(num_envs, dtype=torch.long, device="cpu")
         self._each(lambda driver, _: driver.connect())
 
     # ----- VectorEnv -------------------------------------------------------------------
@@ -122,14 +126,17 @@ class RealRobotEnv(VectorEnv):
         for index in range(chunk):  # every arm takes its action of the chunk at once
             self._each(lambda driver, copy, index=index: driver.send_action(plans[copy, index]))
         self.steps += chunk
-        truncated = self.steps >= self.max_episode_steps
         obs = self._observe()
-        self.steps[truncated] = 0  # the runner resets what it runs next
-        nothing = torch.zeros(self.num_envs, dtype=torch.bool)
+        success = (
+            self.judge.solved() if self.judge is not None
+            else torch.zeros(self.num_envs, dtype=torch.bool, device="cpu")
+        )  # fmt: skip
+        truncated = (self.steps >= self.max_episode_steps) & ~success
+        self.steps[truncated | success] = 0  # the runner resets what it runs next
         return EnvStep(
-            obs=obs, reward=torch.zeros(self.num_envs), terminated=nothing,
-            truncated=truncated, success=nothing.clone(),
-            executed_actions=torch.full((self.num_envs,), chunk, dtype=torch.long),
+            obs=obs, reward=success.float(), terminated=success, truncated=truncated,
+            success=success.clone(),
+            executed_actions=torch.full((self.num_envs,), chunk, dtype=torch.long, device="cpu"),
             final_observation=obs,
         )  # fmt: skip
 
@@ -179,6 +186,45 @@ class RealRobotEnv(VectorEnv):
                      state.get("torque", [0.0] * 3), [state.get("gripper_pos", 0.0)]]  # fmt: skip
             rows.append(np.concatenate([np.ravel(np.asarray(p, dtype=np.float32)) for p in parts]))
         return torch.from_numpy(np.stack(rows))
+
+
+class SuccessJudge:
+    """`env.real_robot.success_classifier` on each arm's chosen camera: the arms whose
+    latest frame it judges a success. An arm whose camera is away is not judged (no
+    success from a frame nobody saw); its console shows the camera lost."""
+
+    def __init__(self, settings: dict[str, Any], cameras: Sequence[Sequence[UrlCamera]]) -> None:
+        from pathlib import Path
+
+        from trainer.envs.success_classifier import load_classifier
+
+        self.model, saved = load_classifier(Path(settings["path"]))
+        self.threshold = settings.get("threshold") or saved
+        wanted = settings.get("camera")
+        self.cameras = []
+        for index, arm in enumerate(cameras):
+            named = [camera for camera in arm if wanted is None or camera.name == wanted]
+            if not named:
+                have = ", ".join(camera.name for camera in arm) or "none"
+                raise ValueError(
+                    f"env.real_robot.success_classifier: arm {index} has no camera "
+                    f"{wanted or 'at all'} (its cameras: {have})"
+                )
+            self.cameras.append(named[0])
+
+    def solved(self) -> torch.Tensor:
+        seen = []
+        for camera in self.cameras:
+            try:
+                seen.append(camera.read())
+            except CameraLost:
+                seen.append(None)
+        judged = [index for index, picture in enumerate(seen) if picture is not None]
+        success = torch.zeros(len(self.cameras), dtype=torch.bool, device="cpu")
+        if judged:
+            probability = self.model.success_probability([seen[i] for i in judged])
+            success[judged] = probability >= self.threshold
+        return success
 
 
 class RobotConsoleView:

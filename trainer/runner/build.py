@@ -102,6 +102,8 @@ def env_options(config: ExperimentConfig) -> dict[str, Any]:
         real = config.env.real_robot
         robots = [robot.model_dump() for robot in real.robots]
         only_some.update(task=real.task, robots=robots, reconnect_s=real.reconnect_s)
+        if real.success_classifier is not None:
+            only_some["success_classifier"] = real.success_classifier.model_dump()
     return {
         "max_episode_steps": config.env.max_episode_steps,
         "init_states_per_task": config.env.init_states_per_task,

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -19,6 +20,11 @@ from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.envs.real_robot import OBS_DIM, RobotConsoleView
 from trainer.envs.registry import make_vector_env
+from trainer.envs.success_classifier import (
+    load_classifier,
+    save_classifier,
+    train_success_classifier,
+)
 from trainer.envs.vector_env import EnvWorkerError
 from trainer.hardware.serl_franka import SafetyBox
 from trainer.runner.build import env_options
@@ -165,3 +171,66 @@ def test_an_rlpd_run_stops_reports_and_recovers_when_an_arms_server_dies_and_com
     assert [row["iteration"] for row in rows] == [1, 2, 3]
     ((iteration, what),) = recoveries
     assert iteration == 2 and "franka-1" in what and "reached again" in what
+
+
+def flat_pictures(folder, red: int, count: int) -> None:
+    from PIL import Image
+
+    folder.mkdir(parents=True)
+    for index in range(count):
+        size = 32 if index % 2 else 48  # frames of several sizes are resized alike
+        picture = np.zeros((size, size, 3), dtype=np.uint8)
+        picture[..., 0], picture[..., 1] = red + index % 7, 100
+        Image.fromarray(picture).save(folder / f"{index}.png")
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """A classifier that learnt a red scene is a success and a dark one is not."""
+    folder = tmp_path_factory.mktemp("frames")
+    flat_pictures(folder / "success", 220, 12)
+    flat_pictures(folder / "failure", 30, 24)
+    trained = train_success_classifier(folder, image_size=16, epochs=40)
+    assert trained.held_out_accuracy == 1.0
+    path = folder / "classifier.pt"
+    save_classifier(trained, path)
+    return path
+
+
+def test_the_learned_classifier_ends_an_episode_in_success_from_the_camera(
+    servers, tmp_path, classifier
+):
+    camera = FakeCamera()
+    camera.red = 30
+    try:
+        arms = config(servers, tmp_path, cameras=[{"name": "wrist", "url": camera.url("stream")}])
+        options = env_options(arms)
+        options["success_classifier"] = {"path": str(classifier), "camera": "wrist"}
+        env = make_vector_env("real_robot", 2, **options)
+        try:
+            env.reset(0, env.init_states(0).expand(2, -1))
+            step = env.step(torch.zeros(2, 7))
+            assert not step.success.any() and not step.terminated.any()
+            camera.red = 220  # the scene now shows the task solved
+            wait_until(lambda: env.cameras[0][0].read()[0, 0, 0] > 200, 10, "the red frames")
+            step = env.step(torch.zeros(2, 7))
+            assert step.success.all() and step.terminated.all() and not step.truncated.any()
+            assert step.reward.tolist() == [1.0, 1.0]
+        finally:
+            env.close()
+        with pytest.raises(ValueError, match=r"arm 0 has no camera top \(its cameras: wrist\)"):
+            options["success_classifier"] = {"path": str(classifier), "camera": "top"}
+            make_vector_env("real_robot", 2, **options)
+    finally:
+        camera.stop()
+
+
+def test_a_config_names_the_classifier_and_a_bad_file_is_refused(servers, tmp_path, classifier):
+    arms = config(servers, tmp_path, f"env.real_robot.success_classifier.path={classifier}")
+    assert env_options(arms)["success_classifier"] == {
+        "path": str(classifier), "camera": None, "threshold": None,
+    }  # fmt: skip
+    not_one = tmp_path / "weights.pt"
+    torch.save({"state": {}}, not_one)
+    with pytest.raises(ValueError, match=r"weights.pt: not a success classifier"):
+        load_classifier(not_one)

@@ -1,7 +1,8 @@
 """A stand-in for a robot's IP camera: `/stream` serves MJPEG
 (`multipart/x-mixed-replace`, as IP cameras and ROS's web_video_server do) and
 `/snapshot` one JPEG per GET. Frame n is a flat colour with n in its red channel, so a
-test can tell frames apart; `freeze` stops the stream's frames (the connection stays)."""
+test can tell frames apart, or with `red` when a test sets it (a scene to judge);
+`freeze` stops the stream's frames (the connection stays)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class FakeCamera:
     def __init__(self, fps: float = 30.0) -> None:
         self.fps = fps
         self.count = 0
+        self.red: int | None = None
         self.frozen = threading.Event()
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -37,6 +39,10 @@ class FakeCamera:
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/{path}"
+
+    def shown(self) -> int:
+        """The red value of the frame served now."""
+        return self.count if self.red is None else self.red
 
     def stop(self) -> None:
         self._stopping.set()
@@ -50,7 +56,7 @@ class FakeCamera:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path == "/snapshot":
                     camera.count += 1
-                    self._send(frame(camera.count))
+                    self._send(frame(camera.shown()))
                 elif self.path == "/stream":
                     self._stream()
                 else:
@@ -70,7 +76,7 @@ class FakeCamera:
                 while not camera._stopping.is_set():
                     if not camera.frozen.is_set():
                         camera.count += 1
-                        data = frame(camera.count)
+                        data = frame(camera.shown())
                         part = (f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\n"
                                 f"Content-Length: {len(data)}\r\n\r\n").encode()  # fmt: skip
                         try:
