@@ -24,10 +24,12 @@ def shard_sizes(num_envs: int, num_shards: int) -> list[int]:
 
 @dataclass(frozen=True)
 class EnvShard:
-    """One env worker of a rank: where it runs and how many copies it steps."""
+    """One env worker of a rank: where it runs, how many copies it steps and the first
+    of them among the rank's copies."""
 
     process: ProcessPlacement
     num_envs: int
+    first_copy: int = 0
 
 
 def assign_env_shards(
@@ -59,5 +61,8 @@ def assign_env_shards(
         block = ordered[start : start + size]
         start += size
         sizes = shard_sizes(copies_per_rank, len(block))
-        shards.append([EnvShard(p, n) for p, n in zip(block, sizes, strict=True)])
+        firsts = [sum(sizes[:index]) for index in range(len(sizes))]
+        shards.append(
+            [EnvShard(p, n, first) for p, n, first in zip(block, sizes, firsts, strict=True)]
+        )
     return shards

@@ -65,7 +65,18 @@ class EnvWorker:
 
 def env_worker_args(env_name: str, options: dict[str, Any]):
     """Constructor arguments of a shard's worker, for `create_placed_actors`."""
-    return lambda shard: (env_name, shard.num_envs, options, shard.process.process_rank)
+    return lambda shard: (
+        env_name, shard.num_envs, shard_options(options, shard), shard.process.process_rank
+    )  # fmt: skip
+
+
+def shard_options(options: dict[str, Any], shard: EnvShard) -> dict[str, Any]:
+    """The env options of one shard: an env of one copy per listed robot (real arms)
+    gets the robots of its own copies, so each arm is stepped by exactly one worker."""
+    robots = options.get("robots")
+    if not robots:
+        return options
+    return {**options, "robots": robots[shard.first_copy : shard.first_copy + shard.num_envs]}
 
 
 class PlacedVectorEnv(ShardedVectorEnv):

@@ -86,12 +86,16 @@ class RLPDActorWorker:
 
     def __init__(
         self, config: dict[str, Any], rank: int, node_rank: int, num_envs: int,
-        transitions: Queue, timeout_s: float,
+        transitions: Queue, timeout_s: float, first_copy: int = 0,
     ) -> None:  # fmt: skip
         from trainer.runner.rlpd_runner import build_env
 
         torch.set_num_threads(1)  # one core per worker: the placement decides how many
         config = {**config, "env": {**config["env"], "num_parallel_envs": num_envs}}
+        real = config["env"].get("real_robot") or {}
+        if real.get("robots"):  # real arms: this worker steps those of its own copies
+            robots = real["robots"][first_copy : first_copy + num_envs]
+            config["env"]["real_robot"] = {**real, "robots": robots}
         config["env"]["num_workers"] = min(config["env"].get("num_workers") or 0, num_envs)
         # Each worker its own seed: the scripted operator and exploration differ per shard.
         seed = config["runner"]["seed"] + 1000 * (rank + 1)
@@ -375,6 +379,7 @@ def train_rlpd_split(
     env_processes = sorted(plan.components[ENV], key=lambda p: p.process_rank)
     sizes = shard_sizes(config.env.num_parallel_envs, len(env_processes))
     size_of = {p.process_rank: n for p, n in zip(env_processes, sizes, strict=True)}
+    first_of = {p.process_rank: sum(sizes[:i]) for i, p in enumerate(env_processes)}
     reports, transitions = Queue(), Queue(maxsize=QUEUE_MESSAGES)
     settings = config.model_dump(mode="json")
     placed = create_placed_actors(
@@ -394,6 +399,7 @@ def train_rlpd_split(
                 size_of[p.process_rank],
                 transitions,
                 timeout_s,
+                first_of[p.process_rank],
             )
         ),  # fmt: skip
         timeout_s=start_timeout_s,

@@ -66,6 +66,7 @@ class Robots:
             robots = [SimulatedRobot(self.env_core, copy, f"sim-{copy}") for copy in range(2)]
             self.bridge = ConsoleBridge(self.link, self.source, robots, lambda: "reach_red")
         self.received: list[dict] = []
+        self.arrivals: list[tuple[float, dict]] = []  # each message with when it came
         self.link.on_command(self._receive)
         self.steps: list[tuple[float, torch.Tensor, torch.Tensor]] = []
         self.online, self.demo = ReplayBuffer(100_000), ReplayBuffer(100_000)
@@ -78,6 +79,7 @@ class Robots:
 
     def _receive(self, data: dict) -> None:
         self.received.append(data)
+        self.arrivals.append((time.time(), data))
         self.bridge.handle(data)
 
     def _run(self) -> None:

@@ -153,10 +153,17 @@ def test_with_the_trainers_clock_01_s_ahead_fresh_commands_are_applied(drive):
     started = time.time()
     time.sleep(1.0)
     stop.set()
-    held = [step for step in robots.after(started + 0.1) if step[0] < started + 0.9]
-    applied = pushed(held, PUSH)
+    # The steps taken just after a command reached the robot: each had a fresh command
+    # (sent every 25 ms, living 100 ms). A busy machine may stall the sender or the link
+    # for longer than the window, which leaves other steps without one; a trainer that
+    # judged ages on its own clock, 0.1 s ahead, would find every command stale.
+    came = [at for at, m in list(robots.arrivals) if m.get("op") == "command"]
+    fresh = [
+        step for step in robots.after(started + 0.1)
+        if step[0] < started + 0.9 and any(0 < step[0] - at <= 0.02 for at in came)
+    ]  # fmt: skip
+    applied = pushed(fresh, PUSH)
     assert len(applied) >= 10
-    # Commands come every 25 ms and live 100 ms: nearly every step has a fresh one.
     assert sum(applied) >= 0.8 * len(applied), f"{sum(applied)} of {len(applied)} applied"
     offset = robots.bridge.server_clock.offset(time.monotonic())
     assert -0.15 < offset <= -0.1

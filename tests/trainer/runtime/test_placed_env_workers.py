@@ -229,3 +229,14 @@ def test_a_run_with_a_rollout_worker_trains_and_reports_it(two_nodes, tmp_path):
     assert sorted((p.component, p.rank, p.node_rank) for p in where) == [
         ("actor", 0, 0), ("rollout", 0, 1),
     ]  # fmt: skip
+
+
+def test_each_env_worker_of_real_arms_gets_the_arms_of_its_own_copies():
+    from trainer.runtime.env_workers import shard_options
+
+    shards = assign_env_shards(env_processes("0-2", nodes=3), 1, 5)[0]
+    assert [(shard.first_copy, shard.num_envs) for shard in shards] == [(0, 2), (2, 2), (4, 1)]
+    arms = {"robots": [{"name": f"arm-{n}"} for n in range(5)], "task": "t"}
+    names = [[r["name"] for r in shard_options(arms, shard)["robots"]] for shard in shards]
+    assert names == [["arm-0", "arm-1"], ["arm-2", "arm-3"], ["arm-4"]]
+    assert shard_options({"seed": 1}, shards[1]) == {"seed": 1}  # simulated copies: as they are
