@@ -24,15 +24,14 @@ import asyncio
 import json
 import multiprocessing
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.telemetry import bench_fixtures, new_run, report, set_up, start_web  # noqa: E402
-from tests.processes import http_ok, stop, wait_until  # noqa: E402
+from bench.telemetry import report  # noqa: E402
+from bench.teleop import console_bench  # noqa: E402
 
 CAMERA = "agentview"
 WARM_UP_S = 3.0
@@ -121,37 +120,18 @@ def main() -> int:
     except LiberoNotInstalledError as error:
         print(f"bench/console_fps.py: {error}; nothing to measure")
         return 0
-    work = Path(tempfile.mkdtemp(prefix="armature-bench-console-fps-"))
-    set_up(work / "var")
-    user, cookie, experiment = bench_fixtures()
-    server, base = start_web(work)
     context = multiprocessing.get_context("spawn")
     ready, stop_robot, rates = context.Event(), context.Event(), context.Queue()
-    robot = None
-    try:
-        wait_until(lambda: http_ok(f"{base}/login/"), 60, "the web server")
-        from controlplane.runs.tokens import make_run_token
-
-        run = new_run(experiment, user)
-        robot = context.Process(
-            target=robot_process,
-            args=(base, run.pk, make_run_token(run.pk), args.size, ready, stop_robot, rates),
+    robot_args = (args.size, ready, stop_robot, rates)
+    with console_bench(
+        "armature-bench-console-fps-", robot_process, robot_args, ready, stop_robot, context,
+        ready_s=180,
+    ) as bench:  # fmt: skip
+        frames = asyncio.run(
+            watched_frames(bench.console_url, bench.cookie, bench.base, args.seconds)
         )
-        robot.start()
-        if not ready.wait(180):
-            raise RuntimeError("the robot process did not start")
-        url = base.replace("http://", "ws://") + f"/ws/console/{run.pk}/"
-        frames = asyncio.run(watched_frames(url, f"sessionid={cookie}", base, args.seconds))
         stop_robot.set()
         alone, watched = rates.get(timeout=60), rates.get(timeout=60)
-    finally:
-        stop_robot.set()
-        if robot is not None:
-            robot.join(30)
-        stop(server)
-        experiment.runs.all().delete()
-        experiment.delete()
-        user.delete()
     fps = len(frames) / args.seconds
     size = f"{frames[0]['width']}x{frames[0]['height']}" if frames else "none"
     kib = sum(len(frame["jpeg"]) * 3 / 4 for frame in frames) / max(len(frames), 1) / 1024

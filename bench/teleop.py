@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import statistics
@@ -31,7 +32,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,7 +89,8 @@ def robot_process(base: str, run_id: int, token: str, zeros, ready, stop_event) 
         if len(source.takeovers) > seen:  # a takeover ended before or in this step
             seen = len(source.takeovers)
             lost = source.takeovers[-1].reason in LOSSES
-        if lost and bool(step.intervened[0]) and bool(step.applied_actions[0].eq(0).all()):
+        # The zero action after a loss is a safety hold (`held`), not a human's step.
+        if lost and bool(step.held[0]) and bool(step.applied_actions[0].eq(0).all()):
             zeros.put((time.time(), source.takeovers[-1].reason))
             lost = False
         time.sleep(1 / STEP_HZ)
@@ -169,6 +174,55 @@ async def lose_the_link(url: str, cookie: str, origin: str, silent: bool) -> flo
     return time.time()
 
 
+# --- A web server and a robot process, for the console benches -------------------------
+
+
+@dataclass
+class ConsoleBench:
+    base: str  # the web server's address
+    cookie: str  # a logged-in session's Cookie header
+    run_id: int
+    console_url: str  # the run's console socket
+    experiment: Any
+    user: Any
+
+
+@contextlib.contextmanager
+def console_bench(
+    prefix: str, robot: Callable, robot_args: tuple, ready, stop_robot, context,
+    ready_s: float = 60.0,
+) -> Iterator[ConsoleBench]:  # fmt: skip
+    """A migrated database, a logged-in user, a live web server and a running run whose
+    robot process (`robot(base, run_id, token, *robot_args)`, started in `context`) has
+    set `ready`; all stopped and removed afterwards."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    set_up(work / "var")
+    user, cookie, experiment = bench_fixtures()
+    server, base = start_web(work)
+    process = None
+    try:
+        wait_until(lambda: http_ok(f"{base}/login/"), 60, "the web server")
+        from controlplane.runs.tokens import make_run_token
+
+        run = new_run(experiment, user)
+        process = context.Process(
+            target=robot, args=(base, run.pk, make_run_token(run.pk), *robot_args)
+        )
+        process.start()
+        if not ready.wait(ready_s):
+            raise RuntimeError("the robot process did not start")
+        url = base.replace("http://", "ws://") + f"/ws/console/{run.pk}/"
+        yield ConsoleBench(base, f"sessionid={cookie}", run.pk, url, experiment, user)
+    finally:
+        stop_robot.set()
+        if process is not None:
+            process.join(30)
+        stop(server)
+        experiment.runs.all().delete()
+        experiment.delete()
+        user.delete()
+
+
 # --- Main ---------------------------------------------------------------------------------
 
 
@@ -177,27 +231,14 @@ def main() -> None:
     parser.add_argument("--commands", type=int, default=1200)
     parser.add_argument("--trials", type=int, default=20, help="per way of losing the link")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="armature-bench-teleop-"))
-    set_up(work / "var")
-    user, cookie, experiment = bench_fixtures()
-    cookie = f"sessionid={cookie}"
-    server, base = start_web(work)
     context = multiprocessing.get_context("spawn")
     zeros, ready, stop_robot = context.Queue(), context.Event(), context.Event()
-    robot = None
-    try:
-        wait_until(lambda: http_ok(f"{base}/login/"), 60, "the web server")
-        from controlplane.runs.tokens import make_run_token
-
-        run = new_run(experiment, user)
-        robot = context.Process(
-            target=robot_process,
-            args=(base, run.pk, make_run_token(run.pk), zeros, ready, stop_robot),
-        )
-        robot.start()
-        if not ready.wait(60):
-            raise RuntimeError("the robot process did not start")
-        url = base.replace("http://", "ws://") + f"/ws/console/{run.pk}/"
+    with console_bench(
+        "armature-bench-teleop-", robot_process, (zeros, ready, stop_robot), ready,
+        stop_robot, context,
+    ) as bench:  # fmt: skip
+        base, cookie, url = bench.base, bench.cookie, bench.console_url
+        experiment, user = bench.experiment, bench.user
 
         # Latency, with 10 other runs streaming metrics meanwhile.
         others = [new_run(experiment, user) for _ in range(LATENCY_RUNS)]
@@ -232,14 +273,6 @@ def main() -> None:
         for way, values in delays.items():
             print(f"  link {way}: zero action after {statistics.median(values) * 1000:.0f} ms "
                   f"median, {max(values) * 1000:.0f} ms worst")  # fmt: skip
-    finally:
-        stop_robot.set()
-        if robot is not None:
-            robot.join(20)
-        stop(server)
-        experiment.runs.all().delete()
-        experiment.delete()
-        user.delete()
     report("teleop_p50", percentile(ours, 50) * 1000, percentile(echo, 50) * 1000, "ms", "lower")
     report("teleop_p99", percentile(ours, 99) * 1000, percentile(echo, 99) * 1000, "ms", "lower")
     worst = max(max(values) for values in delays.values()) * 1000

@@ -65,3 +65,17 @@ def free_direction(state: dict[str, list[float]]) -> tuple[int, int]:
             if 1 - sign * effector[axis] > 0.4 and (away or aside > 0.3):
                 return axis, sign
     raise AssertionError(f"no free direction from {state}")
+
+
+def charted_intervention_rates(page, iterations: int) -> list[float]:
+    """The run page's intervention-rate chart (the mean line), once it has a point for
+    each of `iterations`."""
+    return page.wait_for_function(
+        """(iterations) => {
+          const chart = window.armatureCharts && window.armatureCharts.interventions;
+          if (!chart || !chart.armature || chart.data[0].length !== iterations) return null;
+          return chart.data[chart.armature.lines[0].mean];
+        }""",
+        arg=iterations,
+        timeout=30_000,
+    ).json_value()

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 from controlplane.runs.artifacts import run_artifact_dir
 from controlplane.runs.models import Run, RunEvent, RunState
 from tests.browser.operator_run import (
+    charted_intervention_rates,
     effector_js,
     free_direction,
     operator_run,
@@ -108,13 +109,5 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(row).to_contain_text("released")
 
     page.goto(f"{page.stack.url}/runs/{run.pk}/")
-    rates = page.wait_for_function(
-        """(iterations) => {
-          const chart = window.armatureCharts && window.armatureCharts.interventions;
-          if (!chart || !chart.armature || chart.data[0].length !== iterations) return null;
-          return chart.data[chart.armature.lines[0].mean];
-        }""",
-        arg=ITERATIONS,
-        timeout=30_000,
-    ).json_value()
+    rates = charted_intervention_rates(page, ITERATIONS)
     assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from controlplane.runs.models import Run, RunEvent, RunState
 from tests.browser.operator_run import (
+    charted_intervention_rates,
     effector_js,
     free_direction,
     operator_run,
@@ -70,15 +71,7 @@ def test_an_operator_drives_inside_a_grpo_runs_action_chunks(browser, stack_fact
         assert sum(decisions) <= takeover.data["steps"]
 
         page.goto(f"{stack.url}/runs/{run.pk}/")
-        rates = page.wait_for_function(
-            """(iterations) => {
-              const chart = window.armatureCharts && window.armatureCharts.interventions;
-              if (!chart || !chart.armature || chart.data[0].length !== iterations) return null;
-              return chart.data[chart.armature.lines[0].mean];
-            }""",
-            arg=ITERATIONS,
-            timeout=30_000,
-        ).json_value()
+        rates = charted_intervention_rates(page, ITERATIONS)
         assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0
     finally:
         page.close()

@@ -15,7 +15,7 @@ import yaml
 
 from tests.processes import wait_until
 from tests.trainer.hardware.fake_camera import FakeCamera
-from tests.trainer.hardware.fake_serl_server import HOME, FakeSerlServer
+from tests.trainer.hardware.fake_serl_server import HOME, fake_servers
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.envs.real_robot import OBS_DIM, RobotConsoleView
@@ -38,10 +38,8 @@ BOX = {"xyz_low": [0.4, -0.1, 0.05], "xyz_high": [0.6, 0.1, 0.3],
 
 @pytest.fixture
 def servers():
-    fakes = [FakeSerlServer().start() for _ in range(2)]
-    yield fakes
-    for fake in fakes:
-        fake.stop()
+    with fake_servers(2) as fakes:
+        yield fakes
 
 
 def robots(servers, **extra) -> list[dict]:

@@ -6,8 +6,10 @@ same port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -122,3 +124,14 @@ class FakeSerlServer:
                 """Quiet: the request log is `requests`."""
 
         return Handler
+
+
+@contextlib.contextmanager
+def fake_servers(count: int) -> Iterator[list[FakeSerlServer]]:
+    """`count` started fake servers, stopped afterwards."""
+    fakes = [FakeSerlServer().start() for _ in range(count)]
+    try:
+        yield fakes
+    finally:
+        for fake in fakes:
+            fake.stop()

@@ -7,7 +7,7 @@ import yaml
 
 from tests.ray_cluster import labelled_ray_cluster
 from tests.trainer.envs.test_real_robot import BOX, robots
-from tests.trainer.hardware.fake_serl_server import FakeSerlServer
+from tests.trainer.hardware.fake_serl_server import fake_servers
 from trainer.config.loading import load_config
 from trainer.hardware.serl_franka import SafetyBox
 from trainer.runtime.distributed_run import distributed_plan
@@ -24,10 +24,8 @@ def two_nodes():
 
 @pytest.fixture
 def servers():
-    fakes = [FakeSerlServer().start() for _ in range(2)]
-    yield fakes
-    for fake in fakes:
-        fake.stop()
+    with fake_servers(2) as fakes:
+        yield fakes
 
 
 def test_each_placed_worker_drives_the_arm_of_its_own_copy(two_nodes, servers, tmp_path):
