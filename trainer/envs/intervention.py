@@ -80,11 +80,8 @@ class InterventionEnv(VectorEnv):
             raise RuntimeError("reset the env before stepping it")
         if actions.dim() == 2:
             actions = actions[:, None]
-        if (
-            actions.dim() != 3
-            or actions.shape[0] != self.num_envs
-            or (actions.shape[2] != self.action_dim)
-        ):
+        expected = (self.num_envs, self.action_dim)
+        if actions.dim() != 3 or (actions.shape[0], actions.shape[2]) != expected:
             raise ValueError(
                 f"actions must have shape ({self.num_envs}, {self.action_dim}) or "
                 f"({self.num_envs}, chunk, {self.action_dim}), got {tuple(actions.shape)}"

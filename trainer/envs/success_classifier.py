@@ -86,7 +86,7 @@ def load_labelled_frames(folder: Path) -> tuple[list[np.ndarray], torch.Tensor]:
             with Image.open(path) as picture:
                 pictures.append(np.asarray(picture.convert("RGB")))
             labels.append(label)
-    return pictures, torch.tensor(labels)
+    return pictures, torch.tensor(labels, device="cpu")
 
 
 def train_success_classifier(
@@ -107,13 +107,15 @@ def train_success_classifier(
     model = SuccessClassifier(image_size)
     frames = torch.cat([model.prepare([p]) for p in pictures])  # sizes may differ
     order = torch.randperm(len(labels), generator=generator)
-    test = torch.zeros(len(labels), dtype=torch.bool)
+    test = torch.zeros(len(labels), dtype=torch.bool, device="cpu")
     for label in LABELS.values():
         rows = order[labels[order] == label]
         test[rows[: math.floor(len(rows) * held_out)]] = True
     train = ~test
     positives = float(labels[train].sum())
-    weight = torch.tensor(max(float(train.sum()) - positives, 1.0) / max(positives, 1.0))
+    weight = torch.tensor(
+        max(float(train.sum()) - positives, 1.0) / max(positives, 1.0), device="cpu"
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     batch = 32
     train_rows = train.nonzero().squeeze(1)
