@@ -10,6 +10,11 @@ time (one clock: the same machine). 1,200 commands at 100 a second while 10 othe
 stream metrics to the same server. Baseline: a bare WebSocket echo on the same server
 (bench/telemetry_asgi.py), round trip, at the same time and rate.
 
+`teleop_placed_p50` / `_p99` / `_deadman`: the same, for a robot stepped by a placed
+env worker (robot 1 of the run), which reaches the web server over a robot link of its
+own while the run's link, held by another process (the driver), has no robots: the
+console finds the process that owns the robot (docs/console.md, "Layouts").
+
 `teleop_deadman`: the worst milliseconds, over 20 trials each, from an operator's link
 being lost (the socket closed mid-takeover; or left open but silent, a frozen tab)
 until the robot's step applies a zero action. Target 200 ms; the baseline printed is the
@@ -17,7 +22,7 @@ echo's worst round trip in the latency part.
 
 Needs PostgreSQL and Redis, as bench/telemetry.py (same defaults and overrides).
 
-    python bench/teleop.py [--commands 1200] [--trials 20]
+    python bench/teleop.py [--commands 1200] [--trials 20] [--layout one|placed|both]
 """
 
 from __future__ import annotations
@@ -62,9 +67,15 @@ LOSSES = ("operator link lost", "heartbeat lost")
 # --- The robot: a trainer's process with one simulated robot behind the run's link ------
 
 
-def robot_process(base: str, run_id: int, token: str, zeros, ready, stop_event) -> None:
+def robot_process(
+    base: str, run_id: int, token: str, zeros, ready, stop_event,
+    link_source: str | None = None, robot: int = 0,
+) -> None:  # fmt: skip
     """Steps the built-in env at STEP_HZ with the console source; puts on `zeros` the
-    time of each zero action that follows a lost takeover."""
+    time of each zero action that follows a lost takeover. With `source`, the process
+    is a placed env worker (`link_source`, e.g. env-1): robot `robot` of the run's
+    `robot + 1`, reached over a robot link of its own; its takeovers' audit would go to
+    the run's driver, here nowhere."""
     import torch
 
     from trainer.envs.builtin_reach import BuiltinReachEnv
@@ -78,8 +89,10 @@ def robot_process(base: str, run_id: int, token: str, zeros, ready, stop_event) 
     core = BuiltinReachEnv(1, seed=0, max_episode_steps=10**9)
     source = TeleopSource(1, 7, TeleopSettings(deadman_s=DEADMAN_S), clock=time.time)
     env = InterventionEnv(core, source)
-    link = TrainerLink(base, run_id, token)
-    bridge = ConsoleBridge(link, source, [SimulatedRobot(core, 0, "sim-0")])
+    link = TrainerLink(base, run_id, token, source=link_source)
+    audit = None if link_source is None else (lambda kind, data: None)
+    bridge = ConsoleBridge(link, source, [SimulatedRobot(core, 0, f"sim-{robot}")],
+                           first_robot=robot, total_robots=robot + 1, audit=audit)  # fmt: skip
     env.reset(0, env.init_states(0)[:1])
     policy = torch.full((1, 7), 0.5)
     ready.set()
@@ -101,7 +114,9 @@ def robot_process(base: str, run_id: int, token: str, zeros, ready, stop_event) 
 # --- The operator ------------------------------------------------------------------------
 
 
-async def operator_latencies(url: str, cookie: str, origin: str, commands: int) -> list[float]:
+async def operator_latencies(
+    url: str, cookie: str, origin: str, commands: int, robot: int = 0
+) -> list[float]:
     """Take the robot over, send `commands` at COMMAND_HZ; seconds from each send to its
     application by the env, from the `applied` times the robot reports."""
     from websockets.asyncio.client import connect
@@ -110,7 +125,7 @@ async def operator_latencies(url: str, cookie: str, origin: str, commands: int) 
     latencies: list[float] = []
     async with connect(url, additional_headers={"Cookie": cookie}, origin=origin,
                        max_size=None) as socket:  # fmt: skip
-        await socket.send(json.dumps({"op": "take_over", "robot": 0}))
+        await socket.send(json.dumps({"op": "take_over", "robot": robot}))
 
         async def read() -> None:
             async for raw in socket:
@@ -127,10 +142,10 @@ async def operator_latencies(url: str, cookie: str, origin: str, commands: int) 
         for n in range(commands):
             tick = time.time()
             sent[f"c{n}"] = tick
-            await socket.send(json.dumps({"op": "command", "robot": 0, "action": PUSH,
+            await socket.send(json.dumps({"op": "command", "robot": robot, "action": PUSH,
                                           "id": f"c{n}"}))  # fmt: skip
             await asyncio.sleep(max(0.0, 1 / COMMAND_HZ - (time.time() - tick)))
-        await socket.send(json.dumps({"op": "release", "robot": 0}))
+        await socket.send(json.dumps({"op": "release", "robot": robot}))
         try:  # the last reports arrive with the robot's next console messages
             await asyncio.wait_for(reader, 2)
         except TimeoutError:
@@ -155,15 +170,15 @@ async def echo_latencies(base: str, count: int) -> list[float]:
     return latencies
 
 
-async def lose_the_link(url: str, cookie: str, origin: str, silent: bool) -> float:
+async def lose_the_link(url: str, cookie: str, origin: str, silent: bool, robot: int = 0) -> float:
     """Take over, drive for a moment, then lose the link; the time it was lost."""
     from websockets.asyncio.client import connect
 
     socket = await connect(url, additional_headers={"Cookie": cookie}, origin=origin,
                            max_size=None)  # fmt: skip
-    await socket.send(json.dumps({"op": "take_over", "robot": 0}))
+    await socket.send(json.dumps({"op": "take_over", "robot": robot}))
     for _ in range(12):
-        await socket.send(json.dumps({"op": "command", "robot": 0, "action": PUSH}))
+        await socket.send(json.dumps({"op": "command", "robot": robot, "action": PUSH}))
         await asyncio.sleep(0.025)
     if silent:  # the socket stays open; nothing more is sent
         lost_at = time.time()
@@ -226,19 +241,25 @@ def console_bench(
 # --- Main ---------------------------------------------------------------------------------
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commands", type=int, default=1200)
-    parser.add_argument("--trials", type=int, default=20, help="per way of losing the link")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace, placed: bool) -> tuple[list, list, dict]:
+    """One layout's latencies (ours, the echo's) and deadman delays (per way of losing
+    the link). Placed: the robot is robot 1, stepped by an env worker process over its
+    own robot link (env-1), while the run's own link, in another process, has none."""
     context = multiprocessing.get_context("spawn")
     zeros, ready, stop_robot = context.Queue(), context.Event(), context.Event()
+    robot = 1 if placed else 0
+    robot_args = (zeros, ready, stop_robot, *(("env-1", robot) if placed else ()))
     with console_bench(
-        "armature-bench-teleop-", robot_process, (zeros, ready, stop_robot), ready,
-        stop_robot, context,
+        "armature-bench-teleop-", robot_process, robot_args, ready, stop_robot, context,
     ) as bench:  # fmt: skip
         base, cookie, url = bench.base, bench.cookie, bench.console_url
         experiment, user = bench.experiment, bench.user
+        driver = None
+        if placed:  # the run's own link: the driver's process, no robots of its own
+            from controlplane.runs.tokens import make_run_token
+            from trainer.link.client import TrainerLink
+
+            driver = TrainerLink(base, bench.run_id, make_run_token(bench.run_id))
 
         # Latency, with 10 other runs streaming metrics meanwhile.
         others = [new_run(experiment, user) for _ in range(LATENCY_RUNS)]
@@ -248,7 +269,7 @@ def main() -> None:
         time.sleep(5.5)  # stream_runs starts its trainers 5 s from now
 
         async def both() -> tuple[list[float], list[float]]:
-            ours = operator_latencies(url, cookie, base, args.commands)
+            ours = operator_latencies(url, cookie, base, args.commands, robot)
             return await asyncio.gather(ours, echo_latencies(base, args.commands))
 
         ours, echo = asyncio.run(both())
@@ -264,7 +285,7 @@ def main() -> None:
             print(f"  before the trials, a takeover was lost: {zeros.get()[1]}")
         for trial in range(2 * args.trials):
             silent = trial % 2 == 1
-            lost_at = asyncio.run(lose_the_link(url, cookie, base, silent))
+            lost_at = asyncio.run(lose_the_link(url, cookie, base, silent, robot))
             zero_at, reason = zeros.get(timeout=10)
             if zero_at < lost_at:
                 raise RuntimeError(f"the takeover was lost before the link ({reason})")
@@ -273,10 +294,28 @@ def main() -> None:
         for way, values in delays.items():
             print(f"  link {way}: zero action after {statistics.median(values) * 1000:.0f} ms "
                   f"median, {max(values) * 1000:.0f} ms worst")  # fmt: skip
-    report("teleop_p50", percentile(ours, 50) * 1000, percentile(echo, 50) * 1000, "ms", "lower")
-    report("teleop_p99", percentile(ours, 99) * 1000, percentile(echo, 99) * 1000, "ms", "lower")
-    worst = max(max(values) for values in delays.values()) * 1000
-    report("teleop_deadman", worst, max(echo) * 1000, "ms", "lower")
+        if driver is not None:
+            driver.close(timeout=5)
+    return ours, echo, delays
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commands", type=int, default=1200)
+    parser.add_argument("--trials", type=int, default=20, help="per way of losing the link")
+    parser.add_argument("--layout", choices=("one", "placed", "both"), default="both")
+    args = parser.parse_args()
+    for placed in {"one": [False], "placed": [True], "both": [False, True]}[args.layout]:
+        name = "teleop_placed" if placed else "teleop"
+        where = "in an env worker of its own" if placed else "behind the run's link"
+        print(f"{name}: the robot {where}", flush=True)
+        ours, echo, delays = measure(args, placed)
+        report(f"{name}_p50", percentile(ours, 50) * 1000, percentile(echo, 50) * 1000, "ms",
+               "lower")  # fmt: skip
+        report(f"{name}_p99", percentile(ours, 99) * 1000, percentile(echo, 99) * 1000, "ms",
+               "lower")  # fmt: skip
+        worst = max(max(values) for values in delays.values()) * 1000
+        report(f"{name}_deadman", worst, max(echo) * 1000, "ms", "lower")
 
 
 if __name__ == "__main__":

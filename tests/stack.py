@@ -1,7 +1,9 @@
 """A control plane made of real processes (daphne, a Celery worker, a Ray head),
 started from the same commands as `./armature up`, against the test database."""
 
+import json
 import os
+import shutil
 import subprocess
 import tempfile
 import urllib.request
@@ -14,6 +16,8 @@ from controlplane.core.stack import (
     RayHeadPorts,
     dashboard_url,
     ray_head_command,
+    ray_node_command,
+    ray_node_port_flags,
     web_command,
     worker_command,
 )
@@ -67,8 +71,35 @@ class RayHead:
         except OSError:
             return None
 
+    def alive_nodes(self) -> int:
+        reply = self._get("/api/v0/nodes?limit=100")
+        if reply is None:
+            return 0
+        nodes = json.loads(reply).get("data", {}).get("result", {}).get("result", [])
+        return sum(1 for node in nodes if node.get("state") == "ALIVE")
+
     def close(self) -> None:
         stop(self.process)
+
+
+class RayNode:
+    """A Ray node on this machine joined to a test's own `head`, labelled with its node
+    rank as `./armature join` labels one, e.g. a robot node beside the GPU node."""
+
+    def __init__(self, head: RayHead, node_rank: int, log_dir: Path, num_cpus: int = 1):
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="armnode-"))
+        nodes = head.alive_nodes()
+        command = ray_node_command(
+            f"127.0.0.1:{head.ports.gcs}", node_rank, self.temp_dir, ray_node_port_flags({}),
+            advertise="127.0.0.1", num_cpus=num_cpus,
+        )  # fmt: skip
+        self.process = start(command, {**os.environ, **RAY_HEAD_ENV},
+                             log_dir / f"ray-node-{node_rank}.log")  # fmt: skip
+        wait_until(lambda: head.alive_nodes() > nodes, 90, f"Ray node {node_rank} to join")
+
+    def close(self) -> None:
+        stop(self.process)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 class Stack:

@@ -15,6 +15,7 @@ session no longer logs them in (logged out, deactivated, deleted).
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,6 +30,7 @@ from controlplane.access.sockets import (
     CLOSE_UNAUTHENTICATED,
     GuardedConsumer,
 )
+from controlplane.console import live
 from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.runs.models import Run
@@ -55,6 +57,9 @@ class ConsoleConsumer(GuardedConsumer):
         self.operator = self.scope["user"].get_username()
         self.took_over = False
         self.closed_for: str | None = None  # why a re-check closed this socket
+        # The links the run's robots were last heard by (source → time.monotonic): where
+        # commands must reach.
+        self.sources: dict[str | None, float] = {}
         session = self.scope.get("session")
         self.session_key = session.session_key if session is not None else None
         # The user as of now, read after the version this socket starts from: any change
@@ -160,14 +165,25 @@ class ConsoleConsumer(GuardedConsumer):
              "clock": None}
         )  # fmt: skip
         event = {"type": "teleop.command", "message": teleop.model_dump(mode="json")}
-        here = local_links.of_run(self.run_id)
-        if not here:
-            await self.channel_layer.group_send(trainer_group(self.run_id), event)
-        for link in here:  # the run's link is in this process: no channel-layer hop
+        now = time.monotonic()
+        # The processes known to step the run's robots (none known yet: any may).
+        sources = {s for s, heard in self.sources.items() if now - heard < live.ONLINE_S}
+        here = [link for link in local_links.of_run(self.run_id)
+                if not sources or link.source in sources]  # fmt: skip
+        for link in here:  # the run's links in this process: no channel-layer hop
             await link.teleop_command(event)
+        # Through the group too, unless every such process has its link here: those
+        # already served skip it.
+        if not here or not sources or not sources <= {link.source for link in here}:
+            delivered = [link.channel_name for link in here]
+            await self.channel_layer.group_send(
+                trainer_group(self.run_id), {**event, "delivered": delivered}
+            )
 
     async def console_state(self, event: dict) -> None:
-        await self._send(event["message"])
+        message = event["message"]
+        self.sources[message.get("source")] = time.monotonic()
+        await self._send(message)
 
     async def console_request(self, event: dict) -> None:
         await self._send({"type": "request", "robot": event["robot"], "by": event["by"]})

@@ -37,7 +37,13 @@ from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.realtime.publish import publish_async
 from controlplane.runs import telemetry
-from trainer.link.console_messages import InvalidConsoleMessage, parse_console
+from trainer.link.console_messages import (
+    LEARNER_SOURCE,
+    ROBOT_SOURCE,
+    SOURCE_HEADER,
+    InvalidConsoleMessage,
+    parse_console,
+)
 from trainer.link.protocol import CLOSE_TOO_MANY_IN_FLIGHT, MAX_IN_FLIGHT
 
 log = logging.getLogger(__name__)
@@ -99,12 +105,30 @@ REFUSAL_CODES = {
 }
 
 
+def link_source(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Which of a run's processes a link is: the run's own (no source header) or a
+    robot link (`env-<rank>`); None for a header naming neither."""
+    wanted = SOURCE_HEADER.lower().encode()
+    for name, value in headers:
+        if name.lower() == wanted:
+            source = value.decode("latin1")
+            return source if ROBOT_SOURCE.fullmatch(source) else None
+    return LEARNER_SOURCE
+
+
 class TrainerConsumer(GuardedConsumer):
     """One trainer's link for one run. Its door takes a run token (the access table,
     controlplane/access/): only the bearer of the run's token for its current attempt
-    gets in, while the run is not final."""
+    gets in, while the run is not final.
+
+    Besides the run's own link, each placed process that steps robots opens a robot
+    link with the same token, naming itself (SOURCE_HEADER): it carries console
+    messages and operators' commands only; stored messages come by the run's link."""
 
     async def token_refusal(self, token: str | None) -> int | None:
+        if link_source(self.scope.get("headers", [])) is None:
+            log.info("trainer link refused: %s names no process", SOURCE_HEADER)
+            return CLOSE_FORBIDDEN
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
         refused = await database_sync_to_async(telemetry.link_refusal)(run_id, token)
         if refused is None:
@@ -115,7 +139,9 @@ class TrainerConsumer(GuardedConsumer):
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
         # The token the access check accepted names the attempt this link reports for.
-        self.attempt = telemetry.link_attempt(bearer_token(self.scope.get("headers", [])))
+        headers = self.scope.get("headers", [])
+        self.attempt = telemetry.link_attempt(bearer_token(headers))
+        self.source = link_source(headers)
         # Joined before accepting, so a run that ends from now on closes this link.
         self.group = trainer_group(self.run_id)
         self.known_keys: dict[str, int] = {}  # the run's metric key rows, once looked up
@@ -158,6 +184,10 @@ class TrainerConsumer(GuardedConsumer):
         try:
             if text_data is None:
                 raise telemetry.InvalidMessage("send text frames")
+            if self.source != LEARNER_SOURCE:  # one numbered sequence per attempt
+                raise telemetry.InvalidMessage(
+                    f"the robot link {self.source} carries console messages only"
+                )
             message = telemetry.parse_message(text_data)
         except telemetry.InvalidMessage as invalid:
             log.info("run %s: refused a message: %s", self.run_id, invalid.error)
@@ -206,6 +236,7 @@ class TrainerConsumer(GuardedConsumer):
             if len(text) > MAX_CONSOLE_CHARS:
                 raise InvalidConsoleMessage(f"longer than {MAX_CONSOLE_CHARS} characters")
             console = parse_console(json.loads(text)).model_dump(mode="json")
+            console["source"] = self.source  # the link's, whatever the trainer said
         except (ValueError, InvalidConsoleMessage) as invalid:
             log.info("run %s: refused a console message: %s", self.run_id, invalid)
             await self._reply({"type": "error", "seq": None, "error": f"console: {invalid}"})
@@ -215,12 +246,16 @@ class TrainerConsumer(GuardedConsumer):
         now = time.monotonic()
         if now - self.remembered_at >= REMEMBER_EVERY_S or console["replies"]:
             self.remembered_at = now
-            await sync_to_async(live.remember)(self.run_id, console)
+            await sync_to_async(live.remember)(self.run_id, console, self.source)
 
     async def teleop_command(self, event: dict) -> None:
         """An operator's command from a console (controlplane.console.consumers), stamped
         with this process's monotonic clock as it is written to the link: the trainer
-        judges the command's age on that one clock (controlplane.console.stamps)."""
+        judges the command's age on that one clock (controlplane.console.stamps). One
+        that a console in this process handed it directly comes again through the
+        group, for the run's links elsewhere, and is not sent twice."""
+        if self.channel_name in event.get("delivered", ()):
+            return
         await self.send(text_data=stamped_command(event["message"]))
 
     async def _write(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
 from trainer.config.schema import ExperimentConfig
 from trainer.devices import describe_device
-from trainer.link.environment import Link
+from trainer.link.environment import LINK_VARIABLES, Link
 from trainer.link.reporter import RunReporter, report_failure, run_link
 from trainer.models.card import model_card
 from trainer.runner.build import compute_device
@@ -176,6 +177,10 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
 
         check_rlpd_plan(plan)  # before the run is reported started
         train = train_rlpd_split
+        # The workers' robot links authenticate as this run's attempt, as its link does.
+        link_env = {name: os.environ[name] for name in LINK_VARIABLES if name in os.environ}
+        callbacks = {**callbacks, "on_event": reporter.link.event, "link_env": link_env,
+                     "on_recovery": reporter.recovered}  # fmt: skip
     else:
         from trainer.runtime.distributed_run import train_distributed
 

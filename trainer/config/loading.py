@@ -355,8 +355,9 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
 
 
 def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
-    """Interventions act on the env copies of the process that has the run's link (the
-    console's commands arrive by it), one env step at a time whatever the chunk."""
+    """Interventions act on the env copies of the process that steps them, one env step
+    at a time whatever the chunk: in RLPD the learner's or each placed env worker's
+    (which reaches the console over a robot link of its own)."""
     source = config.env.interventions.source
     where = ("env", "interventions", "source")
     if source == "none":
@@ -376,15 +377,6 @@ def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[
                     where,
                 )
             ]
-    if source == "console" and components.get("env"):
-        return [
-            ConfigIssue(
-                "interventions.placement",
-                "the console's robots are the learner's own env copies: remove the env "
-                "processes from cluster.component_placement",
-                where,
-            )
-        ]
     return []
 
 

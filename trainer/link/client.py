@@ -25,6 +25,7 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
+from trainer.link.console_messages import SOURCE_HEADER
 from trainer.link.protocol import (
     MAX_IN_FLIGHT,
     Event,
@@ -80,6 +81,7 @@ class TrainerLink:
         max_backoff_s: float = MAX_BACKOFF_S,
         spool: Spool | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
+        source: str | None = None,
     ) -> None:
         """`spool`: where every message is kept until acknowledged (the run's
         link-spool/). One an earlier process of this attempt left there is continued:
@@ -88,13 +90,21 @@ class TrainerLink:
 
         Besides acknowledgements the control plane sends operators' commands
         (``{"type": "teleop", ...}``); they go to the handler given to
-        `on_command`, called on the link's thread."""
+        `on_command`, called on the link's thread.
+
+        `source`: a robot link's name (`env-<rank>`: a placed process that steps robots,
+        trainer.link.environment.robot_link_from_env). It carries live console messages
+        and operators' commands only, never stored ones: the run's one sequence of
+        stored messages is the driver's link's."""
         self.endpoint = websocket_url(url, run_id)
         self.flush_timeout_s = flush_timeout_s
         self.max_pending = max_pending
         self.max_backoff_s = max_backoff_s
         self.max_in_flight = max_in_flight  # never more than the control plane takes
         self._headers = {"Authorization": f"Bearer {token}"}
+        self.source = source
+        if source is not None:
+            self._headers[SOURCE_HEADER] = source
         self._lock = threading.Lock()
         self._acked_all = threading.Condition(self._lock)
         # seq → payload, or None for a payload kept only in the spool; insertion order
@@ -181,6 +191,8 @@ class TrainerLink:
         return left == 0 and self.refused is None
 
     def _enqueue(self, build: Callable[[int], Message]) -> None:
+        if self.source is not None:
+            raise ValueError(f"the robot link {self.source} carries console messages only")
         try:
             with self._lock:
                 if not self._accepting or self.refused is not None:

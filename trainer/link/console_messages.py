@@ -16,6 +16,7 @@ Pure pydantic, like the protocol module.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,6 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 MAX_ACTION_DIM = 32
 MAX_FRAME_CHARS = 400_000  # a base64 JPEG
 MAX_ROBOTS = 256
+# A robot link (a placed process that steps robots) names itself to the control plane
+# with this header: its component and rank. The run's own link sends none.
+SOURCE_HEADER = "X-Armature-Source"
+ROBOT_SOURCE = re.compile(r"env-[0-9]{1,4}")
+LEARNER_SOURCE = "learner"  # the run's own link, as the console names its robots' source
 
 Name = Annotated[str, Field(min_length=1, max_length=150)]
 CommandId = Annotated[str, Field(min_length=1, max_length=64)]
@@ -91,6 +97,9 @@ class Applied(_Strict):
 class Console(_Strict):
     type: Literal["console"] = "console"
     time: float
+    # Which link the robots came by: set by the control plane from the link (a trainer's
+    # own claim is replaced), so a console keeps each process's robots apart.
+    source: str | None = Field(None, max_length=64)
     task: str = Field("", max_length=300)
     control_hz: float | None = None
     robots: list[RobotState] = Field(default_factory=list, max_length=MAX_ROBOTS)

@@ -56,6 +56,28 @@ class NullLink:
         return True
 
 
+def robot_link_from_env(source: str, environ: Mapping[str, str] | None = None) -> Link:
+    """The link of a placed process that steps robots (`source`: `env-<rank>`), for the
+    console only: its robots' live state out, operators' commands in, straight between
+    this process and the control plane, so the safety rules run here on this process's
+    clock whatever the learner does. It authenticates with the attempt's run token, like
+    the run's own link, and stores nothing (takeover audits travel to the driver, whose
+    link keeps the run's one numbered sequence). A NullLink without a control plane."""
+    from trainer.link.client import TrainerLink
+
+    environ = os.environ if environ is None else environ
+    values = {name: environ.get(name, "").strip() for name in LINK_VARIABLES}
+    if not all(values.values()):
+        return NullLink()
+    try:
+        run_id = int(values["ARMATURE_RUN_ID"])
+    except ValueError as error:
+        log.warning("robot link disabled: %s", error)
+        return NullLink()
+    return TrainerLink(values["ARMATURE_URL"], run_id, values["ARMATURE_RUN_TOKEN"],
+                       source=source, flush_timeout_s=0)  # fmt: skip
+
+
 def link_from_env(environ: Mapping[str, str] | None = None, run_folder: Path | None = None) -> Link:
     """A TrainerLink when all three variables are set, else a NullLink. A half or
     malformed setup is logged and treated as no control plane: training goes on.

@@ -58,13 +58,25 @@ class ConsoleBridge:
         frames_per_s: float = FRAMES_PER_S,
         camera_fps: float = FRAMES_PER_S,
         jpeg_quality: int = JPEG_QUALITY,
+        first_robot: int = 0,
+        total_robots: int | None = None,
+        audit: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         """`frames_per_s`: how often the robots' state is sent; `camera_fps` and
         `jpeg_quality`: the camera frames', encoded only for robots someone watches or
-        holds, and only the cameras their consoles show."""
+        holds, and only the cameras their consoles show.
+
+        A placed process steps a slice of the run's robots: `first_robot` is the run's
+        number of its first (consoles number robots across the run) and `total_robots`
+        how many the run has. Commands reach every such process; each carries out those
+        for its own robots, and the one with robot 0 refuses a robot no process has.
+        `audit` stores an ended takeover (by default an event on `link`)."""
         if len(robots) != source.num_envs:
             raise ValueError(f"{len(robots)} robots for {source.num_envs} env copies")
         self.link, self.source, self.robots = link, source, list(robots)
+        self.first_robot = first_robot
+        self.total_robots = len(self.robots) if total_robots is None else total_robots
+        self.audit = audit or link.event
         self.task_name, self.period = task_name, 1.0 / frames_per_s
         self._lock = threading.Lock()
         self._publishing = threading.Lock()
@@ -93,6 +105,8 @@ class ConsoleBridge:
             operator, op = str(data.get("operator", ""))[:150], str(data.get("op"))[:20]
             self._reply(Reply(operator=operator, op=op, ok=False, error=str(error)[:500]))
             return
+        if message.robot is not None and not self._mine(message.robot):
+            return  # another process's robot: it answers
         sent_at = None
         if message.sent_at is not None:  # every stamp is a pair for the clock's estimate
             sent_at = self.server_clock.local_time(message.sent_at, arrival, message.clock)
@@ -116,9 +130,11 @@ class ConsoleBridge:
             return
         if message.robot is None:
             raise TeleopRefused(f"{op} needs a robot")
-        robot = message.robot
-        if robot >= len(self.robots):
-            raise TeleopRefused(f"there is no robot {robot}: robots are 0..{len(self.robots) - 1}")
+        robot = message.robot - self.first_robot  # this process's copy
+        if not 0 <= robot < len(self.robots):
+            raise TeleopRefused(
+                f"there is no robot {message.robot}: robots are 0..{self.total_robots - 1}"
+            )
         if op in ("take_over", "watch"):
             with self._lock:
                 until = time.monotonic() + WATCH_S
@@ -150,6 +166,13 @@ class ConsoleBridge:
             if message.success is None:
                 raise TeleopRefused("a mark needs success: true or false")
             self.source.mark(robot, operator, message.success)
+
+    def _mine(self, robot: int) -> bool:
+        """Whether this process answers for `robot` (numbered across the run): its own,
+        and, in the process with robot 0, one no process has."""
+        if self.first_robot <= robot < self.first_robot + len(self.robots):
+            return True
+        return self.first_robot == 0 and robot >= self.total_robots
 
     def _reply(self, reply: Reply) -> None:
         with self._lock:
@@ -204,7 +227,7 @@ class ConsoleBridge:
                 frames += self._frames(robot, [camera for r, camera in shown if r == robot])
         robots = [
             RobotState(
-                robot=status.copy,
+                robot=self.first_robot + status.copy,
                 name=self.robots[status.copy].name,
                 mode=status.mode,
                 holder=status.holder,
@@ -234,7 +257,7 @@ class ConsoleBridge:
             Image.fromarray(pixels).save(buffer, format="JPEG", quality=self.jpeg_quality)
             frames.append(
                 Frame(
-                    robot=robot,
+                    robot=self.first_robot + robot,
                     camera=camera,
                     jpeg=base64.b64encode(buffer.getvalue()).decode(),
                     width=pixels.shape[1],
@@ -249,10 +272,10 @@ class ConsoleBridge:
         self._audited += len(finished)
         for takeover in finished:
             ended = takeover.ended
-            self.link.event(
+            self.audit(
                 "takeover",
                 {
-                    "operator": takeover.operator, "robot": takeover.copy,
+                    "operator": takeover.operator, "robot": self.first_robot + takeover.copy,
                     "robot_name": self.robots[takeover.copy].name,
                     "started": self._wall(takeover.started),
                     "ended": time.time() if ended is None else self._wall(ended),

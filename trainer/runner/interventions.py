@@ -4,6 +4,10 @@ simulated robot, commands arriving over the run's link)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig, InterventionConfig
 from trainer.envs.intervention import InterventionEnv, ScriptedReachOperator
@@ -14,9 +18,22 @@ from trainer.robots.console_bridge import ConsoleBridge
 from trainer.robots.driver import SimulatedRobot
 
 
-def with_interventions(env: VectorEnv, config: ExperimentConfig, link: Link | None) -> VectorEnv:
+@dataclass(frozen=True)
+class RobotSlice:
+    """A placed process's share of the run's robots: the run's number of its first
+    copy, how many robots the run has, and where its ended takeovers are stored."""
+
+    first: int
+    total: int
+    audit: Callable[[str, dict[str, Any]], None]
+
+
+def with_interventions(
+    env: VectorEnv, config: ExperimentConfig, link: Link | None, robots: RobotSlice | None = None
+) -> VectorEnv:
     """`env` wrapped for the configured source; `env` itself without one. With the
-    console, the wrapper's `console` attribute is the bridge (`close_env` closes it)."""
+    console, the wrapper's `console` attribute is the bridge (`close_env` closes it);
+    `robots`: which of the run's robots these copies are (all, without it)."""
     interventions = config.env.interventions
     if interventions.source == "scripted":
         if config.env.name != "builtin_reach":
@@ -30,11 +47,13 @@ def with_interventions(env: VectorEnv, config: ExperimentConfig, link: Link | No
         )  # fmt: skip
         return InterventionEnv(env, operator)
     if interventions.source == "console":
-        return _console_env(env, interventions, link or NullLink())
+        return _console_env(env, interventions, link or NullLink(), robots)
     return env
 
 
-def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> InterventionEnv:
+def _console_env(
+    env: VectorEnv, settings: InterventionConfig, link: Link, place: RobotSlice | None
+) -> InterventionEnv:
     # On its default clock, time.monotonic: the bridge turns the server's stamps into it.
     source = TeleopSource(
         env.num_envs, env.action_dim,
@@ -47,11 +66,14 @@ def _console_env(env: VectorEnv, settings: InterventionConfig, link: Link) -> In
 
         robots = [RobotConsoleView(d, c) for d, c in zip(drivers, env.cameras, strict=True)]
     else:
-        robots = [SimulatedRobot(env, copy, f"sim-{copy}") for copy in range(env.num_envs)]
+        first = place.first if place is not None else 0
+        robots = [SimulatedRobot(env, copy, f"sim-{first + copy}") for copy in range(env.num_envs)]
     wrapped = InterventionEnv(env, source)
     wrapped.console = ConsoleBridge(
         link, source, robots, lambda: wrapped.current_task_name,
         camera_fps=settings.camera_fps, jpeg_quality=settings.camera_quality,
+        **({} if place is None else {"first_robot": place.first, "total_robots": place.total,
+                                     "audit": place.audit}),
     )  # fmt: skip
     return wrapped
 

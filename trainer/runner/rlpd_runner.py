@@ -49,7 +49,7 @@ from trainer.runner.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from trainer.runner.interventions import close_env, with_interventions
+from trainer.runner.interventions import RobotSlice, close_env, with_interventions
 from trainer.runner.loop import (
     CheckpointCallback,
     MetricsCallback,
@@ -73,10 +73,13 @@ def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
     )  # fmt: skip
 
 
-def build_env(config: ExperimentConfig, link: Link | None = None) -> VectorEnv:
+def build_env(
+    config: ExperimentConfig, link: Link | None = None, robots: RobotSlice | None = None
+) -> VectorEnv:
     """The run's env copies, wrapped for interventions when a source is configured.
     With the console as the source, each copy is a simulated robot that operators take
-    over through `link` (the env's `console` attribute is the bridge to close)."""
+    over through `link` (the env's `console` attribute is the bridge to close);
+    `robots`: which of the run's robots they are, in a placed process."""
     try:
         env = make_vector_env(
             config.env.name, num_envs=config.env.num_parallel_envs,
@@ -86,7 +89,7 @@ def build_env(config: ExperimentConfig, link: Link | None = None) -> VectorEnv:
         raise ConfigError.single("env.name", str(error)) from None
     except ValueError as error:
         raise ConfigError.single("env", str(error)) from None
-    return with_interventions(env, config, link)
+    return with_interventions(env, config, link, robots)
 
 
 class Collector(Protocol):
@@ -130,10 +133,18 @@ class LocalEpisodes:
     def collect(
         self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
     ) -> EpisodeStats:
+        return self.episodes(task_id, indices, algorithm.act, algorithm.take_step)
+
+    def episodes(
+        self, task_id: int, indices: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor],
+        take_step: Callable[[dict[str, torch.Tensor]], None],
+    ) -> EpisodeStats:  # fmt: skip
+        """One episode of the copies from `indices`' init states, acting with `act`,
+        each step's transitions to `take_step` (a placed worker's own loop uses this)."""
         states = self.env.init_states(task_id)[indices]
         for attempt in range(self.retries + 1):
             try:
-                return run_episodes(self.env, task_id, states, algorithm.act, algorithm.take_step)
+                return run_episodes(self.env, task_id, states, act, take_step)
             except EnvWorkerError as error:
                 if attempt == self.retries:
                     raise EnvWorkerError(

@@ -346,6 +346,7 @@ def _relay(
     on_checkpoint: Callable[[int, Path], None] | None,
     on_recovery: Callable[[int, str], None] | None,
     on_model: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> bool:
     """Pass the reports waiting on to their callbacks; whether any came (a heartbeat,
     kind `alive`, included)."""
@@ -364,6 +365,8 @@ def _relay(
             on_recovery(iteration, payload)
         elif kind == "model" and on_model is not None:
             on_model(payload)
+        elif kind == "event" and on_event is not None:
+            on_event(payload["kind"], payload["data"])
 
 
 def _local_ranks(processes: list[Any]) -> dict[int, int]:

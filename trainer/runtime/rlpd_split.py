@@ -39,7 +39,9 @@ from trainer.config.env_shards import ENV, ROLLOUT, shard_sizes
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.devices import describe_device
-from trainer.runner.rlpd_episodes import EpisodeStats, run_episodes
+from trainer.link.environment import Link, NullLink, robot_link_from_env
+from trainer.runner.interventions import RobotSlice, close_env
+from trainer.runner.rlpd_episodes import EpisodeStats
 from trainer.runtime.distributed_run import (
     ACTOR,
     DistributedResult,
@@ -87,10 +89,15 @@ class RLPDActorWorker:
     def __init__(
         self, config: dict[str, Any], rank: int, node_rank: int, num_envs: int,
         transitions: Queue, timeout_s: float, first_copy: int = 0,
+        reports: Queue | None = None, link_env: dict[str, str] | None = None,
     ) -> None:  # fmt: skip
-        from trainer.runner.rlpd_runner import build_env
+        """`reports`: the driver's queue, which this worker's ended takeovers reach the
+        run's link by; `link_env`: the run's link variables, which this worker's own
+        robot link to the control plane authenticates with (console runs)."""
+        from trainer.runner.rlpd_runner import LocalEpisodes, build_env
 
         torch.set_num_threads(1)  # one core per worker: the placement decides how many
+        total_robots = config["env"]["num_parallel_envs"]  # the run's, numbered across it
         config = {**config, "env": {**config["env"], "num_parallel_envs": num_envs}}
         real = config["env"].get("real_robot") or {}
         if real.get("robots"):  # real arms: this worker steps those of its own copies
@@ -102,7 +109,20 @@ class RLPDActorWorker:
         config["runner"] = {**config["runner"], "seed": seed}
         self.config = ExperimentConfig.model_validate(config)
         self.rank, self.node_rank = rank, node_rank
-        self.env = build_env(self.config)
+        self.link: Link = NullLink()
+        robots = None
+        if self.config.env.interventions.source == "console":
+            # Commands for this worker's robots come straight to it, and its safety rules
+            # run here on its own clock: never through the learner.
+            self.link = robot_link_from_env(f"{ENV}-{rank}", link_env or {})
+            robots = RobotSlice(first_copy, total_robots, self._audit)
+        self.reports = reports
+        self.env = build_env(self.config, self.link, robots)
+        # A failed env (a dead env worker, an arm's server gone) is restarted here and
+        # its episodes run again, as in one process; each recovery reported.
+        self.episodes = LocalEpisodes(
+            self.env, self.config.runner.env_worker_retries, self._recovered
+        )
         hidden = tuple(self.config.algorithm.rlpd.hidden_sizes)
         self.policy = TanhGaussianActor(self.env.obs_shape, self.env.action_dim, hidden)
         # Exploration and the policy's sampling draw from this generator, so a worker's
@@ -170,10 +190,7 @@ class RLPDActorWorker:
             with torch.no_grad():
                 return self.policy.act(obs, generator=self.generator)
 
-        stats = run_episodes(
-            self.env, task_id, self.env.init_states(task_id)[indices], act, self._send
-        )
-        return stats, self.version
+        return self.episodes.episodes(task_id, indices, act, self._send), self.version
 
     def _send(self, rows: dict[str, torch.Tensor]) -> None:
         try:
@@ -184,8 +201,18 @@ class RLPDActorWorker:
                 f"{self.timeout_s:g} s (stalled learner)"
             ) from None
 
+    def _recovered(self, what: str) -> None:
+        if self.reports is not None:
+            self.reports.put(("recovered", 0, f"env worker {self.rank}: {what}"))
+
+    def _audit(self, kind: str, data: dict[str, Any]) -> None:
+        """A stored event of this worker's (an ended takeover), for the run's link."""
+        if self.reports is not None:
+            self.reports.put(("event", 0, {"kind": kind, "data": data}))
+
     def close(self) -> None:
-        self.env.close()
+        close_env(self.env)  # ends takeovers under way and audits them
+        self.link.close()
 
 
 @dataclass
@@ -368,14 +395,33 @@ def train_rlpd_split(
     on_metrics: Callable[[int, dict[str, float]], None] | None = None,
     on_checkpoint: Callable[[int, Path], None] | None = None,
     on_placed: Callable[[list[ProcessReport]], None] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    on_recovery: Callable[[int, str], None] | None = None,
+    link_env: dict[str, str] | None = None,
     start_timeout_s: float = 120.0,
 ) -> DistributedResult:
-    """Train an RLPD `config` with its learner and acting workers where `plan` says."""
+    """Train an RLPD `config` with its learner and acting workers where `plan` says.
+
+    `on_event`: the workers' stored events (ended takeovers) for the run's link;
+    `on_recovery`: a worker's env failure it got over (iteration, what);
+    `link_env`: the run's link variables, for the workers' own robot links (console
+    runs: operators reach each worker's robots directly)."""
     from trainer.runtime.ray_placement import create_placed_actors
 
     check_rlpd_plan(plan)
     connect()
     timeout_s = config.algorithm.rlpd.exchange_timeout_s
+    relayed = {"iteration": 0}  # the last iteration relayed: a recovery is in the next
+
+    def metrics(iteration: int, values: dict[str, float]) -> None:
+        relayed["iteration"] = iteration
+        if on_metrics is not None:
+            on_metrics(iteration, values)
+
+    def recovered(_: int, what: str) -> None:
+        if on_recovery is not None:
+            on_recovery(relayed["iteration"] + 1, what)
+
     env_processes = sorted(plan.components[ENV], key=lambda p: p.process_rank)
     sizes = shard_sizes(config.env.num_parallel_envs, len(env_processes))
     size_of = {p.process_rank: n for p, n in zip(env_processes, sizes, strict=True)}
@@ -400,6 +446,8 @@ def train_rlpd_split(
                 transitions,
                 timeout_s,
                 first_of[p.process_rank],
+                reports,
+                link_env,
             )
         ),  # fmt: skip
         timeout_s=start_timeout_s,
@@ -423,7 +471,7 @@ def train_rlpd_split(
         loop = learner.learn.remote(resume)
         stop_sent, heard = False, time.monotonic()
         while True:
-            if _relay(reports, on_metrics, on_checkpoint, None):
+            if _relay(reports, metrics, on_checkpoint, recovered, on_event=on_event):
                 heard = time.monotonic()
             if not stop_sent and should_stop is not None and should_stop():
                 learner.ask_to_stop.remote()
@@ -437,7 +485,7 @@ def train_rlpd_split(
                     f"the learner on node {here['node_rank']} (pid {here['pid']}) sent "
                     f"nothing for {timeout_s:g} s (stalled learner)"
                 )
-        _relay(reports, on_metrics, on_checkpoint, None)
+        _relay(reports, metrics, on_checkpoint, recovered, on_event=on_event)
         return DistributedResult(
             result["iteration"], result["last"], processes, stop_sent, [result]
         )
@@ -449,6 +497,8 @@ def train_rlpd_split(
                 except Exception:  # noqa: BLE001 - a dead or stuck worker is killed below
                     pass
             ray.kill(actor.handle)
+        # The takeovers the workers' closing ended, for the audit.
+        _relay(reports, None, None, recovered, on_event=on_event)
         for queue in (reports, transitions):
             queue.shutdown()
 

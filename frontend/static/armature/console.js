@@ -32,6 +32,10 @@
   // only of the cameras consoles show.
   let camera = "";
   let robots = [];
+  // Each process that steps robots reports its own (the learner's, or a placed env
+  // worker's): source → {robots, at}; one not heard from for STALE_MS drops out.
+  const bySource = new Map();
+  const STALE_MS = 3000;
   let controlHz = 20;
   let lastStateAt = 0;
   let gripperClosed = false;
@@ -170,7 +174,10 @@
       controlHz = message.control_hz;
       restartLoop();
     }
-    robots = message.robots;
+    const now = performance.now();
+    bySource.set(message.source || "", { robots: message.robots, at: now });
+    for (const [source, kept] of bySource) if (now - kept.at > STALE_MS) bySource.delete(source);
+    robots = [...bySource.values()].flatMap((kept) => kept.robots).sort((a, b) => a.robot - b.robot);
     renderTabs();
     renderRobot();
     for (const frame of message.frames) {
@@ -198,12 +205,12 @@
     const tabs = $("robot-tabs");
     if (tabs.childElementCount !== robots.length) {
       tabs.replaceChildren(
-        ...robots.map((r) => {
+        ...robots.map((_, index) => {
           const button = document.createElement("button");
           button.type = "button";
           button.setAttribute("role", "tab");
           button.addEventListener("click", () => {
-            selected = r.robot;
+            selected = robots[index].robot;
             camera = "";
             watch();
             renderTabs();

@@ -156,3 +156,58 @@ def test_frames_are_the_chosen_cameras_at_their_own_rate_and_quality():
         assert replies(link, bridge, "watch")[-1]["error"] == "robot 0 has no camera 'thermal'"
     finally:
         bridge.close()
+
+
+def sliced_bridge(first: int, total: int, audits: list) -> tuple[ConsoleBridge, RecordingLink]:
+    """The bridge of a placed process stepping robots `first`, `first + 1` of the run's
+    `total` (two built-in copies)."""
+    core = BuiltinReachEnv(2, seed=0)
+    source = TeleopSource(2, 7, TeleopSettings(deadman_s=5.0))
+    env = InterventionEnv(core, source)
+    env.reset(0, env.init_states(0)[:2])
+    robots = [RecordingRobot(core, copy, f"sim-{first + copy}") for copy in range(2)]
+    link = RecordingLink()
+    bridge = ConsoleBridge(
+        link, source, robots, frames_per_s=1.0, first_robot=first, total_robots=total,
+        audit=lambda *event: audits.append(event),
+    )  # fmt: skip
+    return bridge, link
+
+
+def test_a_placed_process_answers_for_its_own_robots_in_the_runs_numbering():
+    audits: list = []
+    bridge, link = sliced_bridge(2, 4, audits)
+    try:
+        for robot in (0, 1, 7):  # another process's robots, or one no process has
+            bridge.handle(teleop("take_over", robot=robot, id=f"t{robot}"))
+        assert replies(link, bridge, "take_over") == []  # the others answer for those
+        assert [status.mode for status in bridge.source.status()] == ["policy", "policy"]
+
+        bridge.handle(teleop("take_over", robot=3, id="t3"))
+        (reply,) = replies(link, bridge, "take_over")
+        assert reply["ok"] and reply["id"] == "t3"
+        assert [status.mode for status in bridge.source.status()] == ["policy", "human"]
+        bridge.handle(teleop("command", robot=3, action=[0.5] + [0.0] * 6, id="c1"))
+        assert bridge.robots[1].sent == [[0.5] + [0.0] * 6]
+        state = link.frames[-1]["robots"]
+        assert [(r["robot"], r["name"], r["mode"]) for r in state] == [
+            (2, "sim-2", "policy"), (3, "sim-3", "human")]  # fmt: skip
+
+        bridge.handle(teleop("release", robot=3))
+        bridge.publish()
+        ((kind, takeover),) = audits  # to the run's link by the driver, not this link
+        assert kind == "takeover" and takeover["robot"] == 3
+        assert takeover["robot_name"] == "sim-3" and takeover["operator"] == "olga"
+    finally:
+        bridge.close()
+
+
+def test_the_process_with_robot_0_refuses_a_robot_no_process_has():
+    bridge, link = sliced_bridge(0, 4, [])
+    try:
+        bridge.handle(teleop("take_over", robot=3))  # process 2's: not answered here
+        bridge.handle(teleop("take_over", robot=4, id="t4"))
+        (reply,) = replies(link, bridge, "take_over")
+        assert not reply["ok"] and reply["error"] == "there is no robot 4: robots are 0..3"
+    finally:
+        bridge.close()

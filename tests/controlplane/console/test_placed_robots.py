@@ -1,0 +1,123 @@
+"""Robots stepped by placed env workers, driven from the console: an RLPD run whose two
+acting workers sit on two Ray nodes, each reaching a live daphne over its own robot
+link. The console shows both workers' robots in the run's numbering; an operator takes
+over the robot of the worker on node 1, drives it, and stops sending: that worker's
+own deadman lets go, and the takeover reaches the run's audit by the driver's link."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import yaml
+
+from controlplane.runs.models import RunEvent
+from controlplane.runs.tokens import make_run_token
+from tests.controlplane.console.scene import CONSOLE_EXAMPLE, PUSH, Console, login
+from tests.processes import wait_until
+from tests.ray_cluster import labelled_ray_cluster
+from tests.runs import submitted_run
+from trainer.config.loading import load_config
+from trainer.link.client import TrainerLink
+from trainer.runtime.distributed_run import distributed_plan
+from trainer.runtime.rlpd_split import train_rlpd_split
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    with labelled_ray_cluster([{"num_cpus": 1}, {"num_cpus": 1}]):
+        yield
+
+
+def placed_console_config(tmp_path) -> str:
+    document = yaml.safe_load(CONSOLE_EXAMPLE.read_text())
+    document["env"].update(num_parallel_envs=2, max_episode_steps=40)
+    document["env"]["interventions"]["deadman_s"] = 0.5  # a loaded CI machine's sockets
+    document["algorithm"]["rlpd"].update(batch_size=16, training_starts=8,
+                                         hidden_sizes=[32, 32])  # fmt: skip
+    document["runner"].update(iterations=10_000, progress=False,
+                              output_dir=str(tmp_path / "run"))  # fmt: skip
+    # The learner on node 0; an acting worker on each node, node 1 the robot node.
+    document["cluster"] = {"num_nodes": 2, "component_placement": {"actor": "0", "env": "0-1"}}
+    path = tmp_path / "placed-console.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def states(console: Console, source: str) -> list[dict]:
+    return [m for m in list(console.received)
+            if m.get("type") == "console" and m.get("source") == source]  # fmt: skip
+
+
+def robot_in(console: Console, source: str, robot: int) -> dict | None:
+    found = states(console, source)
+    return next((r for r in found[-1]["robots"] if r["robot"] == robot), None) if found else None
+
+
+def test_an_operator_drives_the_robot_of_a_worker_on_another_node(two_nodes, web, tmp_path):
+    run = submitted_run("placed-console")
+    token = make_run_token(run.pk)
+    config = load_config(placed_console_config(tmp_path))
+    learner_link = TrainerLink(web.url, run.pk, token)  # the driver's: the run's own
+    link_env = {"ARMATURE_URL": web.url, "ARMATURE_RUN_ID": str(run.pk),
+                "ARMATURE_RUN_TOKEN": token}  # fmt: skip
+    stop, outcome = threading.Event(), {}
+
+    def train() -> None:
+        try:
+            outcome["result"] = train_rlpd_split(
+                config, distributed_plan(config), tmp_path / "run", should_stop=stop.is_set,
+                on_event=learner_link.event, link_env=link_env,
+            )  # fmt: skip
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            outcome["error"] = error
+
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    console = Console(web.url, run.pk, login("olga", "operator"), "olga")
+    try:
+        wait_until(lambda: states(console, "env-0") and states(console, "env-1"), 240,
+                   "both workers' robots on the console", 0.1)  # fmt: skip
+        assert "error" not in outcome
+        # Each worker's robot in the run's numbering; the learner's link has none.
+        assert [r["name"] for r in states(console, "env-0")[-1]["robots"]] == ["sim-0"]
+        assert [r["name"] for r in states(console, "env-1")[-1]["robots"]] == ["sim-1"]
+        assert states(console, "learner") == []
+        wait_until(lambda: robot_in(console, "env-1", 1)["episode_step"] > 0, 240,
+                   "the workers to step", 0.1)  # fmt: skip
+
+        console.send(op="take_over", robot=1)
+        wait_until(lambda: (robot_in(console, "env-1", 1) or {}).get("mode") == "human", 20,
+                   "robot 1 held by olga", 0.05)  # fmt: skip
+        assert robot_in(console, "env-1", 1)["holder"] == "olga"
+        assert robot_in(console, "env-0", 0)["mode"] == "policy"
+
+        sent: list[str] = []
+        for index in range(40):  # a second of driving, a command every 25 ms
+            sent.append(f"p{index}")
+            console.send(op="command", robot=1, action=PUSH, id=sent[-1])
+            time.sleep(0.025)
+        wait_until(lambda: {a["id"] for m in states(console, "env-1")
+                            for a in m["applied"]} & set(sent), 10, "commands applied")  # fmt: skip
+        assert not {a["id"] for m in states(console, "env-0") for a in m["applied"]}
+
+        # Silence: the worker's own deadman lets go, whatever the learner does.
+        silent_at = time.monotonic()
+        wait_until(lambda: robot_in(console, "env-1", 1)["mode"] == "policy", 10,
+                   "the deadman to let go", 0.02)  # fmt: skip
+        assert time.monotonic() - silent_at < 5
+        wait_until(lambda: RunEvent.objects.filter(run=run, kind="takeover").exists(), 30,
+                   "the takeover's audit", 0.2)  # fmt: skip
+        (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")
+        assert takeover.data["robot"] == 1 and takeover.data["robot_name"] == "sim-1"
+        assert takeover.data["operator"] == "olga" and takeover.data["steps"] > 0
+        assert takeover.data["reason"] == "heartbeat lost"
+    finally:
+        stop.set()
+        trainer.join(120)
+        console.close()
+        learner_link.close(timeout=10)
+    assert "error" not in outcome, outcome.get("error")
