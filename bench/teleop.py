@@ -33,6 +33,7 @@ import contextlib
 import json
 import multiprocessing
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -305,17 +306,21 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="per way of losing the link")
     parser.add_argument("--layout", choices=("one", "placed", "both"), default="both")
     args = parser.parse_args()
-    for placed in {"one": [False], "placed": [True], "both": [False, True]}[args.layout]:
-        name = "teleop_placed" if placed else "teleop"
-        where = "in an env worker of its own" if placed else "behind the run's link"
-        print(f"{name}: the robot {where}", flush=True)
-        ours, echo, delays = measure(args, placed)
-        report(f"{name}_p50", percentile(ours, 50) * 1000, percentile(echo, 50) * 1000, "ms",
-               "lower")  # fmt: skip
-        report(f"{name}_p99", percentile(ours, 99) * 1000, percentile(echo, 99) * 1000, "ms",
-               "lower")  # fmt: skip
-        worst = max(max(values) for values in delays.values()) * 1000
-        report(f"{name}_deadman", worst, max(echo) * 1000, "ms", "lower")
+    if args.layout == "both":  # each layout in a process of its own: its own server and key
+        for layout in ("one", "placed"):
+            command = [sys.executable, __file__, "--layout", layout,
+                       "--commands", str(args.commands), "--trials", str(args.trials)]  # fmt: skip
+            subprocess.run(command, check=True)
+        return
+    placed = args.layout == "placed"
+    name = "teleop_placed" if placed else "teleop"
+    where = "in an env worker of its own" if placed else "behind the run's link"
+    print(f"{name}: the robot {where}", flush=True)
+    ours, echo, delays = measure(args, placed)
+    report(f"{name}_p50", percentile(ours, 50) * 1000, percentile(echo, 50) * 1000, "ms", "lower")
+    report(f"{name}_p99", percentile(ours, 99) * 1000, percentile(echo, 99) * 1000, "ms", "lower")
+    worst = max(max(values) for values in delays.values()) * 1000
+    report(f"{name}_deadman", worst, max(echo) * 1000, "ms", "lower")
 
 
 if __name__ == "__main__":

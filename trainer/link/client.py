@@ -368,7 +368,9 @@ class TrainerLink:
     def _command(self, message: dict[str, Any]) -> None:
         handler = self._command_handler
         if handler is None:
-            log.info("link: an operator's command arrived, but this run takes none")
+            # Expected on a placed run's own link (its robots are the workers'): a console
+            # sends to every link of the run until it knows which ones report robots.
+            log.debug("link: an operator's command arrived, but this process steps no robot")
             return
         try:
             handler(message)
