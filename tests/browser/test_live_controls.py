@@ -166,6 +166,15 @@ def test_the_runs_lists_tick_boxes_and_links_survive_row_updates(page):
         expect(page.get_by_role("button", name="Compare")).to_have_text("Compare (1)")
         wait_until(lambda: int(progress.get_attribute("value")) >= first + 40, 20, "row updates")
         expect(tick).to_be_checked()
+        # A socket that opens again fetches the tables afresh; the run's row has changed
+        # since, and is replaced, but not its controls.
+        with page.expect_response(lambda response: response.url.endswith("/runs/")):
+            page.evaluate("""() => document.querySelector("[ws-connect]").dispatchEvent(
+                new CustomEvent("htmx:wsOpen", { bubbles: true }))""")
+        page.wait_for_timeout(500)  # the fetched tables are put in after the response
+        for control in (tick, link):
+            assert control.evaluate("element => element.sameElement === true"), control
+        expect(tick).to_be_checked()
     finally:
         streamer.stop()
 

@@ -182,11 +182,21 @@ htmx.defineExtension("live-runs", {
 function sameWhereUnchanged(fresh) {
   return [...fresh.childNodes].map((node) => {
     const shown = node.id ? document.getElementById(node.id) : null;
-    return shown && shown.isEqualNode(node) ? shown : node;
+    return shown && shown.isEqualNode(node) ? shown : keepPreserved(node);
   });
 }
+// A changed row replaces the shown one, but its hx-preserve controls stay the page's
+// elements, as in htmx's own swaps: a tick or a press under way is not lost.
+function keepPreserved(row) {
+  if (!row.querySelectorAll) return row;
+  for (const control of row.querySelectorAll("[hx-preserve][id]")) {
+    const shown = document.getElementById(control.id);
+    if (shown && shown !== control) control.replaceWith(shown);
+  }
+  return row;
+}
 function putRowBack(pushed) {
-  const row = document.importNode(pushed, true);
+  const row = keepPreserved(document.importNode(pushed, true));
   row.removeAttribute("hx-swap-oob");
   const existing = document.getElementById(row.id);
   if (existing) existing.replaceWith(row);
