@@ -177,15 +177,15 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
 
         check_rlpd_plan(plan)  # before the run is reported started
         train = train_rlpd_split
-        # The workers' robot links authenticate as this run's attempt, as its link does.
-        link_env = {name: os.environ[name] for name in LINK_VARIABLES if name in os.environ}
-        callbacks = {**callbacks, "on_event": reporter.link.event, "link_env": link_env,
-                     "on_recovery": reporter.recovered}  # fmt: skip
     else:
         from trainer.runtime.distributed_run import train_distributed
 
         train = train_distributed
-        callbacks = {**callbacks, "on_recovery": reporter.recovered, "on_model": reporter.model}
+        callbacks = {**callbacks, "on_model": reporter.model}
+    # Env workers' robot links authenticate as this run's attempt, as its link does.
+    link_env = {name: os.environ[name] for name in LINK_VARIABLES if name in os.environ}
+    callbacks = {**callbacks, "on_event": reporter.link.event, "link_env": link_env,
+                 "on_recovery": reporter.recovered}  # fmt: skip
     reporter.started(resume=resume)
     connect()  # first: joining Ray replaces the SIGTERM handler StopRequest installs
     with StopRequest() as stop:

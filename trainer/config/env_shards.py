@@ -24,12 +24,14 @@ def shard_sizes(num_envs: int, num_shards: int) -> list[int]:
 
 @dataclass(frozen=True)
 class EnvShard:
-    """One env worker of a rank: where it runs, how many copies it steps and the first
-    of them among the rank's copies."""
+    """One env worker of a rank: where it runs, how many copies it steps, the first of
+    them among the rank's copies and among the run's (the console numbers robots across
+    the run)."""
 
     process: ProcessPlacement
     num_envs: int
     first_copy: int = 0
+    run_first_copy: int = 0
 
 
 def assign_env_shards(
@@ -57,12 +59,15 @@ def assign_env_shards(
         )
     ordered = sorted(env_processes, key=lambda p: p.process_rank)
     shards, start = [], 0
-    for size in blocks:
+    for rank, size in enumerate(blocks):
         block = ordered[start : start + size]
         start += size
         sizes = shard_sizes(copies_per_rank, len(block))
         firsts = [sum(sizes[:index]) for index in range(len(sizes))]
         shards.append(
-            [EnvShard(p, n, first) for p, n, first in zip(block, sizes, firsts, strict=True)]
+            [
+                EnvShard(p, n, first, rank * copies_per_rank + first)
+                for p, n, first in zip(block, sizes, firsts, strict=True)
+            ]
         )
     return shards

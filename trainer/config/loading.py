@@ -356,24 +356,24 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
 
 def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
     """Interventions act on the env copies of the process that steps them, one env step
-    at a time whatever the chunk: in RLPD the learner's or each placed env worker's
-    (which reaches the console over a robot link of its own)."""
+    at a time whatever the chunk: the learner's (one process), or each placed env
+    worker's, which reaches the console over a robot link of its own."""
     source = config.env.interventions.source
     where = ("env", "interventions", "source")
     if source == "none":
         return []
     components = plan.components if plan is not None else {}
-    if config.algorithm.name != "rlpd":
-        # Chunks of any length: the intervention wrapper steps them one action at a time.
-        if any(components.get(name) for name in ("env", "rollout")) or (
-            len(components.get("actor", ())) > 1
-        ):
+    # Chunks of any length: the intervention wrapper steps them one action at a time.
+    # On-policy copies step in the env workers when they are placed (each wraps its
+    # own), else in the actor ranks, where only a lone rank holds the run's link.
+    if config.algorithm.name != "rlpd" and not components.get("env"):
+        if components.get("rollout") or len(components.get("actor", ())) > 1:
             return [
                 ConfigIssue(
                     "interventions.placement",
-                    f"interventions in {config.algorithm.name} runs take one process: the "
-                    "actor stepping its own env copies (no env or rollout processes, one "
-                    "actor rank)",
+                    f"interventions in {config.algorithm.name} runs act where the env "
+                    "copies step: in one process (one actor rank, no rollout processes), "
+                    "or in env processes (cluster.component_placement.env)",
                     where,
                 )
             ]

@@ -110,8 +110,21 @@ class VectorEnv(ABC):
 
 
 def concat_steps(parts: list[EnvStep]) -> EnvStep:
-    """One batch's step from its shards' steps, in shard order (env workers' replies)."""
+    """One batch's step from its shards' steps, in shard order (env workers' replies),
+    with their intervention flags when every shard has them (each wraps its copies)."""
     finals = [part.final_observation for part in parts]
+    flags = {}
+    if all(part.intervened is not None for part in parts):
+        flags = {name: torch.cat([getattr(part, name) for part in parts])
+                 for name in ("intervened", "held")}  # fmt: skip
+        # A chunk's per-step flags and actions: as long as the longest shard's (one
+        # whose copies all ended early stepped fewer), padded with "not stepped".
+        if all(part.human_actions is not None for part in parts):
+            length = max(part.human_actions.shape[1] for part in parts)
+            for name in ("human_actions", "held_actions", "applied_actions"):
+                flags[name] = torch.cat([_pad_steps(getattr(p, name), length) for p in parts])
+        elif all(part.applied_actions is not None for part in parts):
+            flags["applied_actions"] = torch.cat([part.applied_actions for part in parts])
     return EnvStep(
         obs=torch.cat([part.obs for part in parts]),
         reward=torch.cat([part.reward for part in parts]),
@@ -120,4 +133,13 @@ def concat_steps(parts: list[EnvStep]) -> EnvStep:
         success=torch.cat([part.success for part in parts]),
         executed_actions=torch.cat([part.executed_actions for part in parts]),
         final_observation=None if any(f is None for f in finals) else torch.cat(finals),
+        **flags,
     )
+
+
+def _pad_steps(rows: torch.Tensor, length: int) -> torch.Tensor:
+    """[N, C, ...] per-step rows padded with zeros (False) to C = `length`."""
+    missing = length - rows.shape[1]
+    if not missing:
+        return rows
+    return torch.cat([rows, rows.new_zeros((rows.shape[0], missing, *rows.shape[2:]))], 1)

@@ -122,6 +122,7 @@ class ActorRank:
         timeout_s: float,
         env_workers: list[tuple[EnvShard, Any]],
         rollout_worker: Any = None,
+        interventions: dict[str, Any] | None = None,
     ) -> list[ProcessReport]:
         """Join the process group and build the loop; this rank's process, its env
         workers' and its rollout worker's (when it has them), for the run page."""
@@ -145,7 +146,8 @@ class ActorRank:
         )
         env = None
         if env_workers:
-            env = PlacedVectorEnv(env_workers, self.config.env.name, env_options(self.config))
+            env = PlacedVectorEnv(env_workers, self.config.env.name, env_options(self.config),
+                                  interventions=interventions)  # fmt: skip
         self.runner = OnPolicyRunner(
             self.config,
             output_dir=self.output_dir,
@@ -222,13 +224,19 @@ def train_distributed(
     on_placed: Callable[[list[ProcessReport]], None] | None = None,
     on_recovery: Callable[[int, str], None] | None = None,
     on_model: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    link_env: dict[str, str] | None = None,
     start_timeout_s: float = 120.0,
 ) -> DistributedResult:
-    """Train `config` on the actor ranks of `plan`; see the module's docstring."""
+    """Train `config` on the actor ranks of `plan`; see the module's docstring.
+
+    With interventions, each env worker wraps its copies for them: `link_env` (the
+    run's link variables) lets a console reach the worker's robots over a robot link of
+    its own; `on_event` gets the workers' stored events (ended takeovers)."""
     import ray
     from ray.util.queue import Queue
 
-    from trainer.runtime.env_workers import EnvWorker, env_worker_args
+    from trainer.runtime.env_workers import EnvWorker, env_worker_args, intervention_spec
     from trainer.runtime.ray_placement import create_placed_actors
     from trainer.runtime.rollout_workers import RolloutWorker
 
@@ -247,7 +255,9 @@ def train_distributed(
         settings, str(output_dir), process.process_rank, world_size, process.node_rank, reports,
         local_ranks[process.process_rank],
     )  # fmt: skip
-    env_args = env_worker_args(config.env.name, env_options(config))
+    total = world_size * copies_per_rank(config)
+    interventions = intervention_spec(config, total, link_env or {}, reports)
+    env_args = env_worker_args(config.env.name, env_options(config), interventions)
     rollouts = plan.components.get(ROLLOUT, [])
 
     def constructor_args(process: Any) -> tuple:
@@ -286,7 +296,7 @@ def train_distributed(
             handle.join.remote(
                 address, port, backend, JOIN_TIMEOUT_S,
                 [(s, env_handles[s.process.process_rank]) for s in shards[rank]],
-                rollout_handles.get(rank),
+                rollout_handles.get(rank), interventions,
             )
             for rank, handle in enumerate(handles)
         ]  # fmt: skip
@@ -307,7 +317,7 @@ def train_distributed(
         loops = [h.learn.remote(resume) for h in handles]
         stop_sent = False
         while True:
-            _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model)
+            _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event)
             if not stop_sent and should_stop is not None and should_stop():
                 for handle in handles:
                     handle.ask_to_stop.remote()
@@ -319,7 +329,7 @@ def train_distributed(
             if len(done) == len(loops):
                 break
         results = ray.get(loops)
-        _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model)
+        _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event)
         first = results[0]
         return DistributedResult(
             first["iteration"], first["last"], ranks, stopped=stop_sent, per_rank=results
@@ -333,6 +343,7 @@ def train_distributed(
             ray.kill(handle)
         for handle in [*env_handles.values(), *rollout_handles.values()]:
             ray.kill(handle)  # the ranks closed them; any left (a rank that failed) go here
+        _relay(reports, None, None, None, None, on_event)  # takeovers their closing ended
         reports.shutdown()
 
 

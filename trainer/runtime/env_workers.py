@@ -8,6 +8,12 @@ gathered within a deadline. The rollout loop, the plan cache and the
 policy are the code a single process runs with its env in process; only the env is
 elsewhere. Observations travel through Ray's object store.
 
+With interventions configured (`env.interventions`), each worker wraps its copies for
+them: the scripted operator, or the console, which reaches the worker's robots over a
+robot link of the worker's own (trainer.link.environment.robot_link_from_env); its
+safety rules run in the worker, on its clock. A step's intervention flags travel back
+with the step.
+
 A worker that dies, or does not answer within `reply_timeout_s`, raises `EnvWorkerError`
 naming it (component rank, node, pid); `restart_workers` kills it and starts a fresh one
 on the same placement, and the runner redoes the iteration (`runner.env_worker_retries`).
@@ -23,9 +29,12 @@ import torch
 
 from trainer.cluster.discovery import ranked_ray_nodes
 from trainer.config.env_shards import ENV, EnvShard, shard_sizes
+from trainer.config.schema import ExperimentConfig
 from trainer.envs.registry import make_vector_env
 from trainer.envs.sharded_vector_env import ShardedVectorEnv, env_facts
-from trainer.envs.vector_env import EnvStep, EnvWorkerError, concat_steps
+from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
+from trainer.link.environment import Link, NullLink, robot_link_from_env
+from trainer.runner.interventions import RobotSlice, close_env, with_interventions
 from trainer.runtime.ray_calls import answer, has_failed
 from trainer.runtime.ray_placement import actor_options
 from trainer.whereabouts import ProcessReport
@@ -37,10 +46,35 @@ REPLY_TIMEOUT_S = 600.0
 class EnvWorker:
     """One shard of env copies in its own placed process."""
 
-    def __init__(self, env_name: str, num_envs: int, options: dict[str, Any], rank: int) -> None:
+    def __init__(
+        self, env_name: str, num_envs: int, options: dict[str, Any], rank: int,
+        interventions: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """`interventions` (`intervention_spec`, with this shard's `first` copy among
+        the run's): the copies are wrapped for the configured source."""
         torch.set_num_threads(1)  # one core per worker: the placement decides how many
         self.env = make_vector_env(env_name, num_envs=num_envs, **options)
         self.rank = rank
+        self.link: Link = NullLink()
+        if interventions is not None:
+            self.env = self._with_interventions(interventions)
+
+    def _with_interventions(self, spec: dict[str, Any]) -> VectorEnv:
+        document = spec["config"]
+        # Each worker its own seed: the scripted operator differs per shard.
+        seed = document["runner"]["seed"] + 1000 * (self.rank + 1)
+        config = ExperimentConfig.model_validate(
+            {**document, "runner": {**document["runner"], "seed": seed}}
+        )
+        if config.env.interventions.source == "console":
+            self.link = robot_link_from_env(f"{ENV}-{self.rank}", spec["link_env"])
+        reports = spec["reports"]
+
+        def audit(kind: str, data: dict[str, Any]) -> None:  # to the run's link, by the driver
+            reports.put(("event", 0, {"kind": kind, "data": data}))
+
+        robots = RobotSlice(spec["first"], spec["total"], audit)
+        return with_interventions(self.env, config, self.link, robots)
 
     def describe(self, node_rank: int) -> dict[str, Any]:
         return {
@@ -60,13 +94,29 @@ class EnvWorker:
         return self.env.step(actions)
 
     def close(self) -> None:
-        self.env.close()
+        close_env(self.env)  # a console first: it ends takeovers under way and audits them
+        self.link.close()
 
 
-def env_worker_args(env_name: str, options: dict[str, Any]):
+def intervention_spec(
+    config: ExperimentConfig, total: int, link_env: dict[str, str], reports: Any
+) -> dict[str, Any] | None:
+    """What env workers need to wrap their copies for the run's interventions (None
+    without any): the config, the run's number of copies, the run's link variables (for
+    robot links) and the driver's queue (for takeover audits)."""
+    if config.env.interventions.source == "none":
+        return None
+    return {"config": config.model_dump(mode="json"), "total": total, "link_env": link_env,
+            "reports": reports}  # fmt: skip
+
+
+def env_worker_args(
+    env_name: str, options: dict[str, Any], interventions: dict[str, Any] | None = None
+):
     """Constructor arguments of a shard's worker, for `create_placed_actors`."""
     return lambda shard: (
-        env_name, shard.num_envs, shard_options(options, shard), shard.process.process_rank
+        env_name, shard.num_envs, shard_options(options, shard), shard.process.process_rank,
+        None if interventions is None else {**interventions, "first": shard.run_first_copy},
     )  # fmt: skip
 
 
@@ -88,10 +138,13 @@ class PlacedVectorEnv(ShardedVectorEnv):
         env_name: str,
         options: dict[str, Any],
         reply_timeout_s: float = REPLY_TIMEOUT_S,
+        interventions: dict[str, Any] | None = None,
     ) -> None:
+        """`interventions`: as the workers were made with (`intervention_spec`), for
+        those restarted."""
         self._shards = [shard for shard, _ in workers]
         self._handles = [handle for _, handle in workers]
-        self._make_args = env_worker_args(env_name, options)
+        self._make_args = env_worker_args(env_name, options, interventions)
         self.reply_timeout_s = reply_timeout_s
         self.shard_sizes = [shard.num_envs for shard in self._shards]
         self.num_envs = sum(self.shard_sizes)

@@ -1,13 +1,15 @@
-"""Robots stepped by placed env workers, driven from the console: an RLPD run whose two
-acting workers sit on two Ray nodes, each reaching a live daphne over its own robot
-link. The console shows both workers' robots in the run's numbering; an operator takes
-over the robot of the worker on node 1, drives it, and stops sending: that worker's
-own deadman lets go, and the takeover reaches the run's audit by the driver's link."""
+"""Robots stepped by placed env workers, driven from the console: a run whose two env
+workers (RLPD's acting workers, or an on-policy run's env workers stepping chunks of
+five) sit on two Ray nodes, each reaching a live daphne over its own robot link. The
+console shows both workers' robots in the run's numbering; an operator takes over the
+robot of the worker on node 1, drives it, and stops sending: that worker's own deadman
+lets go, and the takeover reaches the run's audit by the driver's link."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,7 +22,7 @@ from tests.ray_cluster import labelled_ray_cluster
 from tests.runs import submitted_run
 from trainer.config.loading import load_config
 from trainer.link.client import TrainerLink
-from trainer.runtime.distributed_run import distributed_plan
+from trainer.runtime.distributed_run import distributed_plan, train_distributed
 from trainer.runtime.rlpd_split import train_rlpd_split
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
@@ -32,15 +34,27 @@ def two_nodes():
         yield
 
 
-def placed_console_config(tmp_path) -> str:
-    document = yaml.safe_load(CONSOLE_EXAMPLE.read_text())
-    document["env"].update(num_parallel_envs=2, max_episode_steps=40)
+def placed_console_config(tmp_path, algorithm: str) -> str:
+    """The console example's settings on two copies, their workers on nodes 0 and 1 (the
+    robot node), the learner on node 0: RLPD's actor split, or an on-policy run with
+    chunks of five whose env workers step the copies."""
+    example = yaml.safe_load(CONSOLE_EXAMPLE.read_text())
+    if algorithm == "rlpd":
+        document = example
+        document["algorithm"]["rlpd"].update(batch_size=16, training_starts=8,
+                                             hidden_sizes=[32, 32])  # fmt: skip
+    else:
+        document = yaml.safe_load(Path("examples/builtin_ppo.yaml").read_text())
+        document["env"]["interventions"] = example["env"]["interventions"]
+        document["actor"]["model"].update(num_action_chunks=5, hidden_sizes=[32, 32])
+        document["rollout"] = {"action_horizons_pattern": [5]}
+        document["algorithm"].update(name=algorithm, data_batch_size=8, num_minibatches=1,
+                                     update_epochs=1)  # fmt: skip
+    document["env"].update(num_parallel_envs=2, max_episode_steps=40, task_ids=[0])
     document["env"]["interventions"]["deadman_s"] = 0.5  # a loaded CI machine's sockets
-    document["algorithm"]["rlpd"].update(batch_size=16, training_starts=8,
-                                         hidden_sizes=[32, 32])  # fmt: skip
-    document["runner"].update(iterations=10_000, progress=False,
+    document["runner"].update(iterations=10_000, progress=False, torch_threads=1,
                               output_dir=str(tmp_path / "run"))  # fmt: skip
-    # The learner on node 0; an acting worker on each node, node 1 the robot node.
+    # The learner on node 0; an env worker on each node, node 1 the robot node.
     document["cluster"] = {"num_nodes": 2, "component_placement": {"actor": "0", "env": "0-1"}}
     path = tmp_path / "placed-console.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -57,10 +71,14 @@ def robot_in(console: Console, source: str, robot: int) -> dict | None:
     return next((r for r in found[-1]["robots"] if r["robot"] == robot), None) if found else None
 
 
-def test_an_operator_drives_the_robot_of_a_worker_on_another_node(two_nodes, web, tmp_path):
+@pytest.mark.parametrize("algorithm", ["rlpd", "ppo"])
+def test_an_operator_drives_the_robot_of_a_worker_on_another_node(
+    two_nodes, web, tmp_path, algorithm
+):
     run = submitted_run("placed-console")
     token = make_run_token(run.pk)
-    config = load_config(placed_console_config(tmp_path))
+    config = load_config(placed_console_config(tmp_path, algorithm))
+    train_placed = train_rlpd_split if algorithm == "rlpd" else train_distributed
     learner_link = TrainerLink(web.url, run.pk, token)  # the driver's: the run's own
     link_env = {"ARMATURE_URL": web.url, "ARMATURE_RUN_ID": str(run.pk),
                 "ARMATURE_RUN_TOKEN": token}  # fmt: skip
@@ -68,7 +86,7 @@ def test_an_operator_drives_the_robot_of_a_worker_on_another_node(two_nodes, web
 
     def train() -> None:
         try:
-            outcome["result"] = train_rlpd_split(
+            outcome["result"] = train_placed(
                 config, distributed_plan(config), tmp_path / "run", should_stop=stop.is_set,
                 on_event=learner_link.event, link_env=link_env,
             )  # fmt: skip
