@@ -17,7 +17,11 @@ from tests.processes import wait_until
 from trainer.data.demos import load_demos
 from trainer.hardware.serl_franka import SafetyBox
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(500)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(500),
+    pytest.mark.embedded,  # CI runs it again with SQLite, the file broker, in-memory layer
+]
 
 
 def test_an_operator_drives_a_real_arm_and_the_run_survives_its_server_dying(
