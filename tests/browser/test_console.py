@@ -74,6 +74,9 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(page.locator("#your-action")).to_contain_text(" ".join(wanted))
     start = state["effector"][axis]
     page.wait_for_function(f"() => {sign} * ({effector_js(axis)} - {start}) > 0.2", timeout=10_000)
+    # The episode's timeline shows the operator's steps as they are taken.
+    expect(page.locator("#episode-timeline .segment-human").first).to_be_attached()
+    expect(page.locator("#episode-timeline-note")).to_contain_text("human")
     page.keyboard.up(key)
     expect(page.locator("#applied-latency")).not_to_have_text("—")
     page.evaluate(

@@ -16,7 +16,9 @@ from controlplane.runs.models import Run, RunState
 from controlplane.runs.tokens import make_run_token
 from tests.processes import wait_until
 from tests.runs import submitted_run
+from trainer.config.loading import load_config
 from trainer.link.client import TrainerLink
+from trainer.link.reporter import RunReporter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -345,12 +347,25 @@ def test_an_rlpd_run_charts_q_values_temperature_interventions_and_buffers(page)
     link = TrainerLink(page.web.url, run.pk, make_run_token(run.pk))
     for step in (1, 2, 3):
         link.metrics(step, rlpd_iteration(step))
+    reporter = RunReporter(link, load_config(settings.BASE_DIR / "examples/builtin_rlpd.yaml"))
+    reporter.on_episodes(1, [0.0, 0.5, 0.25])  # three episodes finished: more than iterations
+    reporter.on_episodes(4, [1.0, 0.0, 0.0, 0.75, 0.5])
     wait_until(lambda: link.pending() == 0, 30, "the link's acknowledgements")
     page.goto(f"{page.web.url}/runs/{run.pk}/")
     expect(page.locator("[ws-connect] .live-dot.on")).to_be_visible(timeout=15_000)
     q = wait_drawn(page, "q_values", lambda d: d["predicted Q"]["x"] == [1, 2, 3], "Q values")
     assert q["target Q"]["y"] == pytest.approx([0.11, 0.21, 0.31])
+    per_episode = wait_drawn(
+        page, "episode_interventions",
+        lambda d: d["human share of the episode"]["x"] == steps_up_to(8), "stored episodes",
+    )  # fmt: skip
+    assert per_episode["human share of the episode"]["y"] == [0, 0.5, 0.25, 1, 0, 0, 0.75, 0.5]
     link.metrics(4, rlpd_iteration(4))  # live
+    reporter.on_episodes(9, [0.125, 0.375])
+    wait_drawn(
+        page, "episode_interventions",
+        lambda d: d["human share of the episode"]["y"][-2:] == [0.125, 0.375], "live episodes",
+    )  # fmt: skip
     buffers = wait_drawn(page, "buffers", lambda d: d["demo"]["x"] == [1, 2, 3, 4], "buffers")
     assert buffers["online"]["y"] == [320.0, 640.0, 960.0, 1280.0]
     interventions = drawn(page, "interventions")

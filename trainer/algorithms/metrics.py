@@ -15,7 +15,8 @@ Metric names are stable (the control plane charts them and CI gates on them):
   chose), ``interventions/episodes`` and ``interventions/rate`` (their share of the
   decisions), ``interventions/held_steps`` (decisions a safety rule held still: not a
   human's), ``rollout/unassisted_success_rate`` (success of the episodes the policy
-  ran alone)
+  ran alone); and per finished episode (its number across the run as the step, not an
+  iteration: trainer.link.reporter) ``episodes/intervention_rate``
 
 Log-only numbers live in these dicts only; they never enter the training batch.
 """
@@ -60,6 +61,13 @@ def episode_counts(trajectories: Trajectories) -> Counter[str]:
         counts[f"task{task}/h{horizon}_success_count"] += float(success[chosen].sum())
         counts[f"task{task}/h{horizon}_total_count"] += float(chosen.sum())
     return counts
+
+
+def episode_intervention_rates(trajectories: Trajectories) -> list[float]:
+    """Each episode's (column's) share of decisions a human chose, in column order."""
+    valid = trajectories.valid.cpu()
+    intervened = (trajectories.intervened.cpu() & valid).sum(0)
+    return (intervened / valid.sum(0).clamp(min=1)).tolist()
 
 
 _COUNTED_FIELDS = (

@@ -131,12 +131,12 @@ def _train(args: argparse.Namespace, link: Link) -> int:
 
             runner = RLPDRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
-                link=link, on_recovery=reporter.recovered,
+                link=link, on_recovery=reporter.recovered, on_episodes=reporter.on_episodes,
             )  # fmt: skip
         else:
             runner = OnPolicyRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
-                on_recovery=reporter.recovered, link=link,
+                on_recovery=reporter.recovered, link=link, on_episodes=reporter.on_episodes,
             )  # fmt: skip
             reporter.model(model_card(runner.algorithm.policy, config.actor.model))
         try:
@@ -171,6 +171,7 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
         "on_metrics": reporter.on_metrics,
         "on_checkpoint": reporter.on_checkpoint,
         "on_placed": lambda ranks: _placed(reporter, ranks),
+        "on_episodes": reporter.on_episodes,
     }
     if config.algorithm.name == "rlpd":
         from trainer.runtime.rlpd_split import check_rlpd_plan, train_rlpd_split

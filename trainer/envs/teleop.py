@@ -41,6 +41,10 @@ from trainer.envs.intervention import SourceActions
 from trainer.envs.vector_env import EnvStep
 
 POLICY, HUMAN, STOPPED, ESTOPPED = "policy", "human", "stopped", "e-stopped"
+HELD = "held"  # a timeline's step a safety rule held still (zero action)
+# The timeline of a copy's episode keeps at most this many segments: a longer one merges
+# its oldest two (an operator reads the latest, the total steps stay right).
+MAX_SEGMENTS = 200
 
 
 class TeleopRefused(ValueError):
@@ -89,6 +93,9 @@ class CopyStatus:
     episode_step: int
     policy_action: list[float]
     last_success: bool | None  # how the copy's previous episode ended
+    # The current episode so far as (who acted, steps) segments, oldest first: "policy",
+    # "human" (an operator's fresh command) or "held" (a safety rule's zero action).
+    timeline: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -118,6 +125,17 @@ class _Copy:
     episode: int = 0
     episode_step: int = 0
     last_success: bool | None = None
+    timeline: list[list] = field(default_factory=list)  # [who, steps] segments
+
+    def record(self, who: str) -> None:
+        """One step of the current episode, taken by `who`."""
+        if self.timeline and self.timeline[-1][0] == who:
+            self.timeline[-1][1] += 1
+            return
+        self.timeline.append([who, 1])
+        if len(self.timeline) > MAX_SEGMENTS:
+            (first, steps), (_, more) = self.timeline[0], self.timeline[1]
+            self.timeline[:2] = [[first, steps + more]]
 
 
 @dataclass
@@ -253,6 +271,7 @@ class TeleopSource:
                     s.episode_step,
                     actions[index] if actions is not None else [],
                     s.last_success,
+                    [(who, steps) for who, steps in s.timeline],
                 )  # fmt: skip
                 for index, s in enumerate(self._copies)
             ]
@@ -276,6 +295,7 @@ class TeleopSource:
                 if state.mode in (STOPPED, ESTOPPED) or state.zero_next:
                     active[index] = True  # held still, or the zero action after a loss
                     state.zero_next = False
+                    state.record(HELD)
                 elif state.mode == HUMAN:
                     active[index] = True
                     assert state.takeover is not None
@@ -287,6 +307,9 @@ class TeleopSource:
                         if state.command_id is not None:
                             applied.append(state.command_id)
                             state.command_id = None
+                    state.record(HUMAN if human[index] else HELD)
+                else:
+                    state.record(POLICY)
         if self.on_applied is not None:
             for command_id in applied:
                 self.on_applied(command_id, now)
@@ -308,6 +331,7 @@ class TeleopSource:
                 state = self._copies[index]
                 state.episode += 1
                 state.last_success = bool(step.success[index])
+                state.timeline = []  # the next episode's, from its first step
         return step
 
     def episode_ended(self, done: torch.Tensor) -> None:

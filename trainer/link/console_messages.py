@@ -60,6 +60,14 @@ class Teleop(_Strict):
     camera: Name | None = None  # watch / take_over: the camera the console shows
 
 
+class Segment(_Strict):
+    """Consecutive steps of an episode that one kind of actor took: the policy, a human
+    (an operator's fresh command) or a safety rule holding the robot still."""
+
+    who: Literal["policy", "human", "held"]
+    steps: int = Field(ge=1)
+
+
 class RobotState(_Strict):
     robot: int = Field(ge=0)
     name: Name
@@ -71,6 +79,8 @@ class RobotState(_Strict):
     last_success: bool | None = None
     state: dict[str, list[float]] = Field(default_factory=dict, max_length=16)
     cameras: list[Name] = Field(default_factory=list, max_length=16)  # what the robot offers
+    # The current episode as segments of steps, oldest first.
+    timeline: list[Segment] = Field(default_factory=list, max_length=200)
 
 
 class Frame(_Strict):

@@ -47,6 +47,12 @@ class RunReporter:
         self.link.metrics(iteration, metrics)
         self.link.progress(iteration, self.total)
 
+    def on_episodes(self, first: int, rates: list[float]) -> None:
+        """Finished episodes' intervention rates, each stored at its episode's number
+        (1-based, across the run) as its own series: an episode is not an iteration."""
+        for number, rate in enumerate(rates, start=first):
+            self.link.metrics(number, {"episodes/intervention_rate": rate})
+
     def on_checkpoint(self, iteration: int, path: Path) -> None:
         self.link.event("checkpoint", {"iteration": iteration, "path": str(path)})
 

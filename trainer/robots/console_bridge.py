@@ -30,6 +30,7 @@ from trainer.link.console_messages import (
     InvalidConsoleMessage,
     Reply,
     RobotState,
+    Segment,
     Teleop,
     parse_teleop,
 )
@@ -237,6 +238,7 @@ class ConsoleBridge:
                 last_success=status.last_success,
                 state=self.robots[status.copy].read_state(),
                 cameras=self.robots[status.copy].camera_names()[:16],
+                timeline=[Segment(who=who, steps=steps) for who, steps in status.timeline],
             )  # fmt: skip
             for status in statuses
         ]

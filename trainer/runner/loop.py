@@ -34,6 +34,9 @@ from trainer.runner.tensorboard_log import TensorBoardLog
 
 MetricsCallback = Callable[[int, dict[str, float]], None]
 RecoveryCallback = Callable[[int, str], None]
+# The first finished episode's number (1-based, across the run) and each finished
+# episode's share of decisions an operator took, in order.
+EpisodesCallback = Callable[[int, list[float]], None]
 CheckpointCallback = Callable[[int, Path], None]
 
 
@@ -52,11 +55,13 @@ class TrainingLoop(ABC):
         collective: Collective | None = None,
         on_metrics: MetricsCallback | None = None,
         on_checkpoint: CheckpointCallback | None = None,
+        on_episodes: EpisodesCallback | None = None,
     ) -> None:
         self.config = config
         self.output_dir = Path(output_dir) if output_dir else run_folder(config)
         self.collective = collective or Collective()
         self.on_metrics, self.on_checkpoint = on_metrics, on_checkpoint
+        self.on_episodes = on_episodes
         if config.runner.torch_threads:
             torch.set_num_threads(config.runner.torch_threads)
         # Seeding before the runner builds its models makes the initial weights part of
@@ -66,6 +71,10 @@ class TrainingLoop(ABC):
         self.generator = torch.Generator().manual_seed(seed)
         self.iteration = 0
         self.total_env_steps = 0
+        # With an operator: each finished episode's intervention rate, numbered across
+        # the run (`episode_rates` is what the last iteration's episodes gave).
+        self.episodes_done = 0
+        self.episode_rates: list[float] = []
         self.metrics_log = JsonlMetricsLog(self.output_dir / "metrics.jsonl")
         self.checkpoint_dir = self.output_dir / "checkpoints"
 
@@ -126,6 +135,7 @@ class TrainingLoop(ABC):
         progress = ProgressBar(total, start=self.iteration) if shows_progress else None
         history = []
         while self.iteration < total:
+            self.episode_rates = []
             metrics = self.train_iteration()
             history.append(metrics)
             if writes:
@@ -133,6 +143,9 @@ class TrainingLoop(ABC):
                 tensorboard.append(self.iteration, metrics)
                 if self.on_metrics is not None:
                     self.on_metrics(self.iteration, metrics)
+                if self.on_episodes is not None and self.episode_rates:
+                    self.on_episodes(self.episodes_done + 1, self.episode_rates)
+            self.episodes_done += len(self.episode_rates)
             # One decision for every rank: a stop asked of any of them stops them all.
             stopping = self.collective.any(should_stop is not None and should_stop())
             final = stopping or self.iteration == total
@@ -151,7 +164,7 @@ class TrainingLoop(ABC):
         """Every rank calls this; rank 0 writes the one checkpoint file, which must be on
         storage all ranks read (the run folder; shared when the cluster has several
         nodes) for them to resume."""
-        state = self.state_dict()
+        state = {**self.state_dict(), "episodes_done": self.episodes_done}
         if self.collective.rank != 0:
             return checkpoint_path(self.checkpoint_dir, self.iteration)
         self.save_beside(final)
@@ -161,7 +174,9 @@ class TrainingLoop(ABC):
         path = path or latest_checkpoint(self.checkpoint_dir)
         if path is None:
             raise NothingToResumeError(f"no checkpoint to resume in {self.checkpoint_dir}")
-        self.load_state(load_checkpoint(path), path)
+        state = load_checkpoint(path)
+        self.load_state(state, path)
+        self.episodes_done = int(state.get("episodes_done", 0))
         return path
 
 

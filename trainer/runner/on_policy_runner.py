@@ -19,7 +19,12 @@ from typing import Any
 import torch
 
 from trainer.algorithms.collective import Collective
-from trainer.algorithms.metrics import episode_counts, rates_from_counts, sum_counts
+from trainer.algorithms.metrics import (
+    episode_counts,
+    episode_intervention_rates,
+    rates_from_counts,
+    sum_counts,
+)
 from trainer.config.schema import ExperimentConfig
 from trainer.data.rollout_storage import Trajectories, empty_training_samples
 from trainer.data.samplers import (
@@ -38,6 +43,7 @@ from trainer.runner.collection import CollectedBatch, collect_exact_batch, run_r
 from trainer.runner.interventions import close_env
 from trainer.runner.loop import (
     CheckpointCallback,
+    EpisodesCallback,
     MetricsCallback,
     NothingToResumeError,
     RecoveryCallback,
@@ -58,10 +64,11 @@ class OnPolicyRunner(TrainingLoop):
         on_recovery: RecoveryCallback | None = None,
         env: VectorEnv | None = None,
         link: Link | None = None,
+        on_episodes: EpisodesCallback | None = None,
     ) -> None:
         """`env`: the rank's env when it is not built here (placed env workers).
         `link`: the run's link, which the operator console's commands arrive by."""
-        super().__init__(config, output_dir, collective, on_metrics, on_checkpoint)
+        super().__init__(config, output_dir, collective, on_metrics, on_checkpoint, on_episodes)
         rank = self.collective.rank
         self.on_recovery = on_recovery
         self.minibatch_generator = self.generator
@@ -170,6 +177,11 @@ class OnPolicyRunner(TrainingLoop):
         self.iteration += 1
         self.task_cursor.advance()
         has_operator = self.config.env.interventions.source != "none"
+        if has_operator:  # every rank's episodes, rank by rank
+            mine = [rate for e in episodes for rate in episode_intervention_rates(e)]
+            self.episode_rates = [
+                r for rates in self.collective.gather_objects(mine) for r in rates
+            ]
         metrics.update(rates_from_counts(counts, interventions=has_operator))
         metrics.update(device_metrics(self.algorithm.device))
         metrics.update(

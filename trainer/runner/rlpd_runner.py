@@ -52,6 +52,7 @@ from trainer.runner.checkpoints import (
 from trainer.runner.interventions import RobotSlice, close_env, with_interventions
 from trainer.runner.loop import (
     CheckpointCallback,
+    EpisodesCallback,
     MetricsCallback,
     RecoveryCallback,
     TrainingLoop,
@@ -170,12 +171,16 @@ class RLPDRunner(TrainingLoop):
         actors: Collector | None = None,
         link: Link | None = None,
         on_recovery: RecoveryCallback | None = None,
+        on_episodes: EpisodesCallback | None = None,
     ) -> None:
         """`actors`: the run's env copies elsewhere, e.g. in placed workers that act with
         the weights this learner publishes (trainer.runtime.rlpd_split.RLPDActors);
         None: in this process. `link`: the run's link, which the operator console's
         commands arrive by."""
-        super().__init__(config, output_dir, on_metrics=on_metrics, on_checkpoint=on_checkpoint)
+        super().__init__(
+            config, output_dir, on_metrics=on_metrics, on_checkpoint=on_checkpoint,
+            on_episodes=on_episodes,
+        )  # fmt: skip
         # The env of this process's copies (None when they are placed).
         self.env = build_env(config, link) if actors is None else None
         if actors is None:
@@ -277,6 +282,9 @@ class RLPDRunner(TrainingLoop):
         )
         metrics["rlpd/demo_share"] = algorithm.sampler.demo_share
         intervened = stats.intervened_steps > 0
+        if self.config.env.interventions.source != "none":  # one episode per copy
+            shares = stats.intervened_steps / stats.lengths.clamp(min=1)
+            self.episode_rates = [float(share) for share in shares.tolist()]
         unassisted = ~intervened & (stats.held_steps == 0)
         if bool(unassisted.any()):  # what the policy achieved on its own
             metrics["rollout/unassisted_success_rate"] = float(success[unassisted].float().mean())

@@ -158,6 +158,7 @@ class ActorRank:
                 ("recovered", it, f"actor rank {self.rank}: {what}")
             ),
             env=env,
+            on_episodes=lambda first, rates: self.reports.put(("episodes", first, rates)),
         )
         if self.rank == 0:
             card = model_card(self.runner.algorithm.policy, self.config.actor.model)
@@ -226,6 +227,7 @@ def train_distributed(
     on_model: Callable[[dict[str, Any]], None] | None = None,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     link_env: dict[str, str] | None = None,
+    on_episodes: Callable[[int, list[float]], None] | None = None,
     start_timeout_s: float = 120.0,
 ) -> DistributedResult:
     """Train `config` on the actor ranks of `plan`; see the module's docstring.
@@ -317,7 +319,8 @@ def train_distributed(
         loops = [h.learn.remote(resume) for h in handles]
         stop_sent = False
         while True:
-            _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event)
+            _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event,
+                   on_episodes)  # fmt: skip
             if not stop_sent and should_stop is not None and should_stop():
                 for handle in handles:
                     handle.ask_to_stop.remote()
@@ -329,7 +332,7 @@ def train_distributed(
             if len(done) == len(loops):
                 break
         results = ray.get(loops)
-        _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event)
+        _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event, on_episodes)
         first = results[0]
         return DistributedResult(
             first["iteration"], first["last"], ranks, stopped=stop_sent, per_rank=results
@@ -358,6 +361,7 @@ def _relay(
     on_recovery: Callable[[int, str], None] | None,
     on_model: Callable[[dict[str, Any]], None] | None = None,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    on_episodes: Callable[[int, list[float]], None] | None = None,
 ) -> bool:
     """Pass the reports waiting on to their callbacks; whether any came (a heartbeat,
     kind `alive`, included)."""
@@ -378,6 +382,8 @@ def _relay(
             on_model(payload)
         elif kind == "event" and on_event is not None:
             on_event(payload["kind"], payload["data"])
+        elif kind == "episodes" and on_episodes is not None:
+            on_episodes(iteration, payload)  # the first episode's number, the rates
 
 
 def _local_ranks(processes: list[Any]) -> dict[int, int]:

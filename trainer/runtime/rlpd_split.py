@@ -359,6 +359,7 @@ class RLPDLearnerProcess:
             on_metrics=lambda it, metrics: self.reports.put(("metrics", it, metrics)),
             on_checkpoint=lambda it, path: self.reports.put(("checkpoint", it, str(path))),
             actors=actors,
+            on_episodes=lambda first, rates: self.reports.put(("episodes", first, rates)),
         )
         here = ProcessReport.here(
             ACTOR, 0, self.node_rank, ray.util.get_node_ip_address(),
@@ -398,6 +399,7 @@ def train_rlpd_split(
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     on_recovery: Callable[[int, str], None] | None = None,
     link_env: dict[str, str] | None = None,
+    on_episodes: Callable[[int, list[float]], None] | None = None,
     start_timeout_s: float = 120.0,
 ) -> DistributedResult:
     """Train an RLPD `config` with its learner and acting workers where `plan` says.
@@ -471,7 +473,14 @@ def train_rlpd_split(
         loop = learner.learn.remote(resume)
         stop_sent, heard = False, time.monotonic()
         while True:
-            if _relay(reports, metrics, on_checkpoint, recovered, on_event=on_event):
+            if _relay(
+                reports,
+                metrics,
+                on_checkpoint,
+                recovered,
+                on_event=on_event,
+                on_episodes=on_episodes,
+            ):
                 heard = time.monotonic()
             if not stop_sent and should_stop is not None and should_stop():
                 learner.ask_to_stop.remote()
@@ -485,7 +494,9 @@ def train_rlpd_split(
                     f"the learner on node {here['node_rank']} (pid {here['pid']}) sent "
                     f"nothing for {timeout_s:g} s (stalled learner)"
                 )
-        _relay(reports, metrics, on_checkpoint, recovered, on_event=on_event)
+        _relay(
+            reports, metrics, on_checkpoint, recovered, on_event=on_event, on_episodes=on_episodes
+        )
         return DistributedResult(
             result["iteration"], result["last"], processes, stop_sent, [result]
         )

@@ -16,7 +16,8 @@ const ArmatureCharts = (() => {
   const PALETTE = ["#3454d1", "#d1495b", "#2a9d8f", "#e9a03b", "#8e5ad1", "#4a7c59",
     "#c2549d", "#5a6b7d", "#1f78b4", "#b15928"];
   const DASHES = [[], [6, 4], [2, 3], [10, 3, 2, 3]];
-  const X_LABELS = { step: "iteration", env_steps: "env steps", wall_time: "wall time" };
+  const X_LABELS = { step: "iteration", env_steps: "env steps", wall_time: "wall time",
+    episode: "episode" };
   const BUCKETS = 600;
 
   function matches(key, patterns) {

@@ -237,10 +237,34 @@
     $("last-success").textContent =
       r.last_success === null ? "—" : r.last_success ? "success" : "failure";
     $("policy-action").textContent = r.policy_action.map((v) => v.toFixed(2)).join(" ");
+    renderTimeline(r.timeline || []);
     renderCameras(r.cameras || []);
     $("robot-state").textContent = Object.entries(r.state)
       .map(([name, values]) => `${name} ${values.join(" ")}`)
       .join(" · ");
+  }
+
+  // The current episode as a bar of who acted, each segment as wide as its steps, and
+  // the totals in words (the bar's colours: policy, human, held still).
+  function renderTimeline(segments) {
+    const bar = $("episode-timeline");
+    const text = segments.map(({ who, steps }) => `${who} ${steps}`).join(" · ");
+    if (bar.dataset.segments === text) return; // unchanged: no re-layout 15 times a second
+    bar.dataset.segments = text;
+    bar.replaceChildren(
+      ...segments.map(({ who, steps }) => {
+        const part = document.createElement("span");
+        part.className = `segment segment-${who}`;
+        part.style.flexGrow = String(steps);
+        part.title = `${who}: ${steps} step${steps === 1 ? "" : "s"}`;
+        return part;
+      })
+    );
+    const totals = {};
+    for (const { who, steps } of segments) totals[who] = (totals[who] || 0) + steps;
+    $("episode-timeline-note").textContent = Object.keys(totals).length
+      ? Object.entries(totals).map(([who, steps]) => `${who} ${steps}`).join(" · ")
+      : "—";
   }
 
   function renderCameras(names) {

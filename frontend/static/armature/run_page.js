@@ -96,10 +96,22 @@
     line("device/memory_peak_gb", "peak GiB", 3),
     ...(store.keys.has("device/utilization")
       ? [line("device/utilization", "utilisation %", 6, { scale: "value" })] : [])] };
-  const charts = [...(OFF_POLICY ? OFF_POLICY_SPECS : SPECS), DEVICE].map((spec) => {
+  // With an operator, each finished episode's share of steps a human took, over the
+  // run's episodes (stored at the episode's number, not an iteration: a store and an
+  // x axis of its own, and its own catching up).
+  const EPISODE_RATE = "episodes/intervention_rate";
+  const episodes = context.interventions !== "none"
+    ? new RunSeries(context.run, ["episodes/*"], "step") : null;
+  const EPISODES = { name: "episode_interventions", title: "Intervention rate per episode",
+    yRange: [0, 1], linesFor: () => [{ store: episodes, key: EPISODE_RATE,
+      label: "human share of the episode", color: PALETTE[7], dash: [] }] };
+  const episodeView = { xMode: "episode", get smoothing() { return view.smoothing; } };
+  const specs = [...(OFF_POLICY ? OFF_POLICY_SPECS : SPECS), ...(episodes ? [EPISODES] : []), DEVICE];
+  const charts = specs.map((spec) => {
     const box = ArmatureCharts.chartFigure(spec);
     document.getElementById("run-charts").appendChild(box);
-    const chart = new MetricChart(box.querySelector(".plot"), spec, view);
+    const chart = new MetricChart(box.querySelector(".plot"), spec,
+      spec === EPISODES ? episodeView : view);
     chart.box = box;
     return chart;
   });
@@ -151,7 +163,36 @@
     element.hidden = !text;
   }
 
+  let episodeSync = null; // the episodes' catching up, if running
+  let episodesWaiting = [];
+  function syncEpisodes() {
+    if (!episodes || episodeSync) return;
+    episodeSync = episodes.fetchMissing()
+      .catch(() => new Promise((resolve) => setTimeout(resolve, 2000))) // then again
+      .finally(() => {
+        episodeSync = null;
+        const waiting = episodesWaiting;
+        episodesWaiting = [];
+        waiting.forEach(applyEpisodes);
+        redraw();
+      });
+  }
+  function applyEpisodes(message) {
+    if (!episodes) return;
+    if (episodeSync || !episodes.loaded || message.step > episodes.lastStep + 1) {
+      episodesWaiting.push(message); // missed some, or not loaded yet: catch up first
+      syncEpisodes();
+      return;
+    }
+    episodes.addPush(message);
+    redraw();
+  }
+
   function applyMetrics(message) {
+    if (Object.keys(message.values).every((key) => key.startsWith("episodes/"))) {
+      applyEpisodes(message);
+      return;
+    }
     if (syncing) { buffered.push(message); return; }
     if (store.loaded && message.step > store.lastStep + 1) { // missed some: catch up first
       buffered.push(message);
@@ -175,7 +216,7 @@
     event.preventDefault();
     onFrame(JSON.parse(text));
   });
-  socketElement.addEventListener("htmx:wsOpen", () => { requestSync(); refreshTasks(); });
+  socketElement.addEventListener("htmx:wsOpen", () => { requestSync(); syncEpisodes(); refreshTasks(); });
   socketElement.addEventListener("htmx:wsAfterMessage", () => updateSummary());
 
   ArmatureCharts.bindControls(document.getElementById("chart-controls"), view, (what) => {
@@ -396,6 +437,7 @@
   // ----- start ---------------------------------------------------------------------------
   window.armatureRun = { store: () => store, view }; // for the browser tests
   requestSync();
+  syncEpisodes();
   refreshTasks();
   loadLatest();
   updateSummary();

@@ -270,3 +270,25 @@ def test_the_first_step_that_applies_a_command_reports_it():
     step(env)
     step(env)
     assert applied == [("c1", clock.now)]
+
+
+def test_the_console_sees_the_episode_as_policy_human_and_held_segments():
+    env, source, clock = scene()
+    step(env)
+    step(env)
+    source.take_over(0, "olga")
+    for _ in range(3):
+        source.command(0, "olga", [1] * 7, sent_at=clock.now)
+        step(env)
+    clock.now += 0.3  # the operator goes silent: one zero action, then the policy
+    step(env)
+    step(env)
+    first, second = source.status()
+    assert first.timeline == [("policy", 2), ("human", 3), ("held", 1), ("policy", 1)]
+    assert second.timeline == [("policy", 7)]
+    assert first.episode_step == sum(steps for _, steps in first.timeline) - 1
+    source.mark(0, "olga", success=True)
+    step(env)  # the episode ends: the next one starts a timeline of its own
+    assert source.status()[0].timeline == []
+    step(env)
+    assert source.status()[0].timeline == [("policy", 1)]

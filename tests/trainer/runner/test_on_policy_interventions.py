@@ -138,3 +138,30 @@ def test_an_on_policy_run_with_interventions_takes_one_process(tmp_path):
         )
     (problem,) = error.value.problems
     assert problem.location == "env.interventions.source" and "one process" in problem.message
+
+
+def test_each_finished_episode_reports_its_intervention_rate_numbered_across_resumes(tmp_path):
+    reported = []
+    overrides = ["env.interventions.source=scripted", "env.interventions.share=0.5"]
+
+    def learned(iterations: int, resume: bool) -> dict[str, float]:
+        config = load_config(
+            "examples/builtin_ppo.yaml",
+            [*ONE_STEP, f"runner.output_dir={tmp_path}", f"runner.iterations={iterations}",
+             *overrides],
+        )  # fmt: skip
+        run = OnPolicyRunner(
+            config, output_dir=tmp_path, on_episodes=lambda *call: reported.append(call)
+        )
+        try:
+            return run.learn(resume=resume)[-1]
+        finally:
+            run.close()
+
+    metrics = learned(1, resume=False)
+    ((first, rates),) = reported
+    assert first == 1 and len(rates) == 8  # the iteration's episodes, one rate each
+    assert all(0.0 <= rate <= 1.0 for rate in rates)
+    assert sum(rate > 0 for rate in rates) == metrics["interventions/episodes"]
+    learned(2, resume=True)
+    assert [call[0] for call in reported] == [1, 9]  # the resumed run goes on from 9

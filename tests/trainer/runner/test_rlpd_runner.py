@@ -109,6 +109,22 @@ def test_interventions_outlive_their_run_as_a_dataset_that_resumes_and_feeds_ano
     other.close()
 
 
+def test_each_episode_of_each_copy_reports_its_intervention_rate(tmp_path):
+    config = load_config(
+        EXAMPLE, [*QUIET, "runner.iterations=2", f"runner.output_dir={tmp_path}",
+                  "env.interventions.source=scripted", "env.interventions.share=0.5",
+                  "algorithm.rlpd.training_starts=100000"],
+    )  # fmt: skip
+    reported = []
+    runner = RLPDRunner(config, on_episodes=lambda *call: reported.append(call))
+    history = runner.learn()
+    copies = config.env.num_parallel_envs  # an iteration is one episode of each copy
+    assert [(first, len(rates)) for first, rates in reported] == [(1, copies), (1 + copies, copies)]
+    for (_, rates), metrics in zip(reported, history, strict=True):
+        assert all(0.0 <= rate <= 1.0 for rate in rates)
+        assert sum(rate > 0 for rate in rates) == metrics["interventions/episodes"]
+
+
 def test_a_resumed_run_continues_exactly_with_its_buffers(tmp_path, demo_file):
     common = [f"algorithm.rlpd.demos={demo_file}", "runner.checkpoint_every=2",
               "algorithm.rlpd.training_starts=50",

@@ -27,10 +27,11 @@ def test_an_operator_in_each_placed_worker_drives_every_step_of_its_chunks(two_n
         # One actor rank on node 0; its env copies in a worker on each node.
         "cluster.num_nodes=2", "cluster.component_placement={actor: '0', env: '0-1'}",
     ])  # fmt: skip
-    history, placed = [], []
+    history, placed, episodes = [], [], []
     result = train_distributed(
         config, distributed_plan(config), tmp_path, on_placed=placed.extend,
         on_metrics=lambda it, metrics: history.append(metrics),
+        on_episodes=lambda first, rates: episodes.append((first, rates)),
     )  # fmt: skip
     assert result.iteration == 2
     assert sorted((p.component, p.node_rank) for p in placed) == [
@@ -39,3 +40,5 @@ def test_an_operator_in_each_placed_worker_drives_every_step_of_its_chunks(two_n
         assert metrics["interventions/rate"] == 1.0
         assert metrics["interventions/episodes"] == 8  # two rounds of the four copies
         assert metrics["rollout/success_rate"] == 1.0  # the operator steers to the goal
+    # Each episode's own rate reaches the driver, numbered across the run.
+    assert episodes == [(1, [1.0] * 8), (9, [1.0] * 8)]

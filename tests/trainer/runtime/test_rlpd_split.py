@@ -43,11 +43,12 @@ def two_nodes():
 @pytest.mark.timeout(600)
 def test_workers_stream_into_the_learner_and_act_with_its_weights(two_nodes, tmp_path):
     run = config(tmp_path, "runner.iterations=4", "algorithm.rlpd.publish_every=5")
-    placed, history, checkpoints = [], [], []
+    placed, history, checkpoints, episodes = [], [], [], []
     result = train_rlpd_split(
         run, distributed_plan(run), tmp_path,
         on_placed=placed.extend, on_metrics=lambda it, m: history.append((it, m)),
         on_checkpoint=lambda it, path: checkpoints.append(path),
+        on_episodes=lambda first, rates: episodes.append((first, len(rates))),
     )  # fmt: skip
     assert result.iteration == 4
     assert [(p.component, p.rank, p.node_rank) for p in placed] == [
@@ -65,6 +66,8 @@ def test_workers_stream_into_the_learner_and_act_with_its_weights(two_nodes, tmp
     lags = [m["rlpd/policy_lag"] for _, m in history if "rlpd/policy_lag" in m]
     assert lags and all(lag >= 0 for lag in lags)
     assert last["interventions/steps"] > 0  # the scripted operator runs in the workers
+    # Each episode's intervention rate, the six copies' episodes of each iteration.
+    assert episodes == [(1, 6), (7, 6), (13, 6), (19, 6)]
     assert checkpoints and checkpoints[-1].exists()
 
 
