@@ -107,7 +107,7 @@ REFUSAL_CODES = {
 
 def link_source(headers: list[tuple[bytes, bytes]]) -> str | None:
     """Which of a run's processes a link is: the run's own (no source header) or a
-    robot link (`env-<rank>`); None for a header naming neither."""
+    robot link (`env-<rank>`, `actor-<rank>`); None for a header naming neither."""
     wanted = SOURCE_HEADER.lower().encode()
     for name, value in headers:
         if name.lower() == wanted:

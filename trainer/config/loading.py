@@ -269,7 +269,7 @@ def validate_config(data: Mapping[str, Any] | None) -> ExperimentConfig:
     problems = (
         _consistency_problems(config) + cluster_problems + arm_problems
         + _env_worker_problems(config, plan)
-        + _rollout_worker_problems(config, plan) + _intervention_problems(config, plan)
+        + _rollout_worker_problems(config, plan)
     )  # fmt: skip
     if problems:
         raise ConfigError(problems)
@@ -351,32 +351,6 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
                 _STAGES_PATH,
             )
         ]
-    return []
-
-
-def _intervention_problems(config: ExperimentConfig, plan: Plan | None) -> list[ConfigIssue]:
-    """Interventions act on the env copies of the process that steps them, one env step
-    at a time whatever the chunk: the learner's (one process), or each placed env
-    worker's, which reaches the console over a robot link of its own."""
-    source = config.env.interventions.source
-    where = ("env", "interventions", "source")
-    if source == "none":
-        return []
-    components = plan.components if plan is not None else {}
-    # Chunks of any length: the intervention wrapper steps them one action at a time.
-    # On-policy copies step in the env workers when they are placed (each wraps its
-    # own), else in the actor ranks, where only a lone rank holds the run's link.
-    if config.algorithm.name != "rlpd" and not components.get("env"):
-        if components.get("rollout") or len(components.get("actor", ())) > 1:
-            return [
-                ConfigIssue(
-                    "interventions.placement",
-                    f"interventions in {config.algorithm.name} runs act where the env "
-                    "copies step: in one process (one actor rank, no rollout processes), "
-                    "or in env processes (cluster.component_placement.env)",
-                    where,
-                )
-            ]
     return []
 
 

@@ -25,8 +25,8 @@ class InterventionConfig(Section):
     source: Literal["none", "scripted", "console"] = Field(
         "none",
         description="Who may take over env copies, one env step at a time whatever the "
-        "chunk (RLPD; PPO/GRPO/RLOO in one process, the chunks a human drove left out of "
-        "the policy-gradient loss): "
+        "chunk, in every layout (in PPO/GRPO/RLOO the chunks a human drove are left out "
+        "of the policy-gradient loss): "
         "none; scripted (a test operator that steers the built-in env's effector to the "
         "goal); console (operators in the control plane's console, each copy a simulated "
         "robot: docs/console.md).",

@@ -27,7 +27,7 @@ MAX_ROBOTS = 256
 # A robot link (a placed process that steps robots) names itself to the control plane
 # with this header: its component and rank. The run's own link sends none.
 SOURCE_HEADER = "X-Armature-Source"
-ROBOT_SOURCE = re.compile(r"env-[0-9]{1,4}")
+ROBOT_SOURCE = re.compile(r"(env|actor)-[0-9]{1,4}")  # an env worker or an actor rank
 LEARNER_SOURCE = "learner"  # the run's own link, as the console names its robots' source
 
 Name = Annotated[str, Field(min_length=1, max_length=150)]

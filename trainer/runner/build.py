@@ -28,7 +28,7 @@ from trainer.models.interface import ChunkedPolicy
 from trainer.models.policy import GaussianChunkPolicy
 from trainer.models.trained_state import load_policy_checkpoint
 from trainer.runner.checkpoints import NoCheckpoint, find_checkpoint, load_checkpoint
-from trainer.runner.interventions import with_interventions
+from trainer.runner.interventions import RobotSlice, with_interventions
 
 
 @dataclass
@@ -177,6 +177,7 @@ def build_components(
     generator: torch.Generator,
     env: VectorEnv | None = None,
     link: Link | None = None,
+    robots: RobotSlice | None = None,
 ) -> Components:
     """The run's env (unless given one, e.g. placed env workers; wrapped for the
     configured interventions, whose console takes commands over `link`), policy, critic
@@ -196,7 +197,7 @@ def build_components(
             raise ConfigError.single("env.name", str(error)) from None
         except ValueError as error:
             raise ConfigError.single("env", str(error)) from None
-        env = with_interventions(env, config, link)
+        env = with_interventions(env, config, link, robots)
     problems = _env_problems(config, env)
     if problems:
         raise ConfigError(problems)

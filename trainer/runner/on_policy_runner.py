@@ -40,7 +40,7 @@ from trainer.models.plan_cache import assign_horizons
 from trainer.runner.build import build_components
 from trainer.runner.checkpoints import shards_path
 from trainer.runner.collection import CollectedBatch, collect_exact_batch, run_round
-from trainer.runner.interventions import close_env
+from trainer.runner.interventions import RobotSlice, close_env
 from trainer.runner.loop import (
     CheckpointCallback,
     EpisodesCallback,
@@ -65,14 +65,16 @@ class OnPolicyRunner(TrainingLoop):
         env: VectorEnv | None = None,
         link: Link | None = None,
         on_episodes: EpisodesCallback | None = None,
+        robots: RobotSlice | None = None,
     ) -> None:
         """`env`: the rank's env when it is not built here (placed env workers).
-        `link`: the run's link, which the operator console's commands arrive by."""
+        `link`: the link the operator console's commands arrive by (the run's, or a
+        placed rank's robot link, whose copies are `robots` of the run's)."""
         super().__init__(config, output_dir, collective, on_metrics, on_checkpoint, on_episodes)
         rank = self.collective.rank
         self.on_recovery = on_recovery
         self.minibatch_generator = self.generator
-        components = build_components(config, self.minibatch_generator, env, link)
+        components = build_components(config, self.minibatch_generator, env, link, robots)
         self.env = components.env
         self.algorithm = components.algorithm
         self.algorithm.collective = self.collective

@@ -101,6 +101,7 @@ class ActorRank:
         self.stop_asked = False
         self.runner = None
         self.collective = None
+        self.robot_link = None
 
     def sees(self, path: str, token: str) -> bool:
         return reads_back(path, token)
@@ -144,10 +145,12 @@ class ActorRank:
         self.collective = TorchCollective(
             self.rank, self.world_size, address, port, backend, timeout_s, device
         )
-        env = None
+        env, link, robots = None, None, None
         if env_workers:
             env = PlacedVectorEnv(env_workers, self.config.env.name, env_options(self.config),
                                   interventions=interventions)  # fmt: skip
+        elif interventions is not None:
+            link, robots = self._robot_link(interventions)
         self.runner = OnPolicyRunner(
             self.config,
             output_dir=self.output_dir,
@@ -158,6 +161,8 @@ class ActorRank:
                 ("recovered", it, f"actor rank {self.rank}: {what}")
             ),
             env=env,
+            link=link,
+            robots=robots,
             on_episodes=lambda first, rates: self.reports.put(("episodes", first, rates)),
         )
         if self.rank == 0:
@@ -182,6 +187,23 @@ class ActorRank:
             reports.append(report)
         return reports
 
+    def _robot_link(self, spec: dict[str, Any]) -> tuple[Any, Any]:
+        """A rank that steps its own copies reaches the console over a robot link of
+        its own (`actor-<rank>`), as an env worker does; its copies are the run's robots
+        from rank x copies per rank on, its ended takeovers audited by the driver."""
+        from trainer.link.environment import robot_link_from_env
+        from trainer.runner.interventions import RobotSlice
+
+        if self.config.env.interventions.source != "console":
+            return None, None
+        self.robot_link = robot_link_from_env(f"{ACTOR}-{self.rank}", spec["link_env"])
+
+        def audit(kind: str, data: dict[str, Any]) -> None:
+            self.reports.put(("event", 0, {"kind": kind, "data": data}))
+
+        first = self.rank * copies_per_rank(self.config)
+        return self.robot_link, RobotSlice(first, spec["total"], audit)
+
     def learn(self, resume: bool) -> dict[str, Any]:
         assert self.runner is not None, "join() first"
         history = self.runner.learn(resume=resume, should_stop=lambda: self.stop_asked)
@@ -199,7 +221,9 @@ class ActorRank:
 
     def close(self) -> None:
         if self.runner is not None:
-            self.runner.close()
+            self.runner.close()  # its console first: it audits the takeovers it ends
+        if self.robot_link is not None:
+            self.robot_link.close()
         if self.collective is not None:
             self.collective.close()
 

@@ -1,6 +1,7 @@
-"""Robots stepped by placed env workers, driven from the console: a run whose two env
+"""Robots stepped by placed processes, driven from the console: a run whose two env
 workers (RLPD's acting workers, or an on-policy run's env workers stepping chunks of
-five) sit on two Ray nodes, each reaching a live daphne over its own robot link. The
+five), or whose two actor ranks stepping their own copies, sit on two Ray nodes, each
+reaching a live daphne over its own robot link. The
 console shows both workers' robots in the run's numbering; an operator takes over the
 robot of the worker on node 1, drives it, and stops sending: that worker's own deadman
 lets go, and the takeover reaches the run's audit by the driver's link."""
@@ -34,10 +35,11 @@ def two_nodes():
         yield
 
 
-def placed_console_config(tmp_path, algorithm: str) -> str:
-    """The console example's settings on two copies, their workers on nodes 0 and 1 (the
-    robot node), the learner on node 0: RLPD's actor split, or an on-policy run with
-    chunks of five whose env workers step the copies."""
+def placed_console_config(tmp_path, algorithm: str, steppers: str) -> str:
+    """The console example's settings on two copies, stepped on nodes 0 and 1 (the robot
+    node): by env workers (`steppers` env; RLPD's actor split, or an on-policy run with
+    chunks of five), the learner on node 0; or by an on-policy run's two actor ranks, a
+    copy and a task each (`steppers` actor)."""
     example = yaml.safe_load(CONSOLE_EXAMPLE.read_text())
     if algorithm == "rlpd":
         document = example
@@ -55,7 +57,11 @@ def placed_console_config(tmp_path, algorithm: str) -> str:
     document["runner"].update(iterations=10_000, progress=False, torch_threads=1,
                               output_dir=str(tmp_path / "run"))  # fmt: skip
     # The learner on node 0; an env worker on each node, node 1 the robot node.
-    document["cluster"] = {"num_nodes": 2, "component_placement": {"actor": "0", "env": "0-1"}}
+    placement = {"actor": "0", "env": "0-1"}
+    if steppers == "actor":  # an actor rank on each node, a copy and a task each
+        placement = {"actor": "0-1"}
+        document["env"].update(num_parallel_envs=1, task_ids=[0, 1])
+    document["cluster"] = {"num_nodes": 2, "component_placement": placement}
     path = tmp_path / "placed-console.yaml"
     path.write_text(yaml.safe_dump(document))
     return str(path)
@@ -71,13 +77,16 @@ def robot_in(console: Console, source: str, robot: int) -> dict | None:
     return next((r for r in found[-1]["robots"] if r["robot"] == robot), None) if found else None
 
 
-@pytest.mark.parametrize("algorithm", ["rlpd", "ppo"])
+@pytest.mark.parametrize(
+    ("algorithm", "steppers"), [("rlpd", "env"), ("ppo", "env"), ("ppo", "actor")]
+)
 def test_an_operator_drives_the_robot_of_a_worker_on_another_node(
-    two_nodes, web, tmp_path, algorithm
+    two_nodes, web, tmp_path, algorithm, steppers
 ):
     run = submitted_run("placed-console")
     token = make_run_token(run.pk)
-    config = load_config(placed_console_config(tmp_path, algorithm))
+    config = load_config(placed_console_config(tmp_path, algorithm, steppers))
+    first, second = f"{steppers}-0", f"{steppers}-1"  # the two processes' robot links
     train_placed = train_rlpd_split if algorithm == "rlpd" else train_distributed
     learner_link = TrainerLink(web.url, run.pk, token)  # the driver's: the run's own
     link_env = {"ARMATURE_URL": web.url, "ARMATURE_RUN_ID": str(run.pk),
@@ -97,34 +106,34 @@ def test_an_operator_drives_the_robot_of_a_worker_on_another_node(
     trainer.start()
     console = Console(web.url, run.pk, login("olga", "operator"), "olga")
     try:
-        wait_until(lambda: states(console, "env-0") and states(console, "env-1"), 240,
+        wait_until(lambda: states(console, first) and states(console, second), 240,
                    "both workers' robots on the console", 0.1)  # fmt: skip
         assert "error" not in outcome
         # Each worker's robot in the run's numbering; the learner's link has none.
-        assert [r["name"] for r in states(console, "env-0")[-1]["robots"]] == ["sim-0"]
-        assert [r["name"] for r in states(console, "env-1")[-1]["robots"]] == ["sim-1"]
+        assert [r["name"] for r in states(console, first)[-1]["robots"]] == ["sim-0"]
+        assert [r["name"] for r in states(console, second)[-1]["robots"]] == ["sim-1"]
         assert states(console, "learner") == []
-        wait_until(lambda: robot_in(console, "env-1", 1)["episode_step"] > 0, 240,
+        wait_until(lambda: robot_in(console, second, 1)["episode_step"] > 0, 240,
                    "the workers to step", 0.1)  # fmt: skip
 
         console.send(op="take_over", robot=1)
-        wait_until(lambda: (robot_in(console, "env-1", 1) or {}).get("mode") == "human", 20,
+        wait_until(lambda: (robot_in(console, second, 1) or {}).get("mode") == "human", 20,
                    "robot 1 held by olga", 0.05)  # fmt: skip
-        assert robot_in(console, "env-1", 1)["holder"] == "olga"
-        assert robot_in(console, "env-0", 0)["mode"] == "policy"
+        assert robot_in(console, second, 1)["holder"] == "olga"
+        assert robot_in(console, first, 0)["mode"] == "policy"
 
         sent: list[str] = []
         for index in range(40):  # a second of driving, a command every 25 ms
             sent.append(f"p{index}")
             console.send(op="command", robot=1, action=PUSH, id=sent[-1])
             time.sleep(0.025)
-        wait_until(lambda: {a["id"] for m in states(console, "env-1")
+        wait_until(lambda: {a["id"] for m in states(console, second)
                             for a in m["applied"]} & set(sent), 10, "commands applied")  # fmt: skip
-        assert not {a["id"] for m in states(console, "env-0") for a in m["applied"]}
+        assert not {a["id"] for m in states(console, first) for a in m["applied"]}
 
         # Silence: the worker's own deadman lets go, whatever the learner does.
         silent_at = time.monotonic()
-        wait_until(lambda: robot_in(console, "env-1", 1)["mode"] == "policy", 10,
+        wait_until(lambda: robot_in(console, second, 1)["mode"] == "policy", 10,
                    "the deadman to let go", 0.02)  # fmt: skip
         assert time.monotonic() - silent_at < 5
         wait_until(lambda: RunEvent.objects.filter(run=run, kind="takeover").exists(), 30,

@@ -57,9 +57,11 @@ async def test_a_robot_link_carries_console_messages_only_and_must_name_its_proc
     assert not await sync_to_async(RunEvent.objects.filter(run=run, kind="takeover").exists)()
     await robots.disconnect()
 
-    for claim in ("learner", "env-", "actor-0", "env-1; drop", "env-12345"):
+    for claim in ("learner", "env-", "rollout-0", "actor-", "env-1; drop", "env-12345"):
         ok, code = await trainer_link(run.pk, claim).connect()
         assert (ok, code) == (False, CLOSE_FORBIDDEN), claim
+    ranks = await opened(trainer_link(run.pk, "actor-1"))  # a rank stepping its own copies
+    await ranks.disconnect()
 
 
 async def test_each_processs_robots_join_the_console_and_the_robots_online():

@@ -42,3 +42,27 @@ def test_an_operator_in_each_placed_worker_drives_every_step_of_its_chunks(two_n
         assert metrics["rollout/success_rate"] == 1.0  # the operator steers to the goal
     # Each episode's own rate reaches the driver, numbered across the run.
     assert episodes == [(1, [1.0] * 8), (9, [1.0] * 8)]
+
+
+def test_actor_ranks_that_step_their_own_copies_each_wrap_them(two_nodes, tmp_path):
+    config = load_config("examples/builtin_ppo.yaml", [
+        "actor.model.num_action_chunks=5", "rollout.action_horizons_pattern=[5]",
+        "env.task_ids=[0,1]", "env.num_parallel_envs=2", "algorithm.data_batch_size=4",
+        "algorithm.update_epochs=1", "algorithm.num_minibatches=1", "runner.iterations=1",
+        "runner.progress=false", "runner.torch_threads=1", f"runner.output_dir={tmp_path}",
+        "env.interventions.source=scripted", "env.interventions.share=1.0",
+        # An actor rank on each node (a task each), no env workers: each steps its own
+        # copies.
+        "cluster.num_nodes=2", "cluster.component_placement={actor: '0-1'}",
+    ])  # fmt: skip
+    history, episodes = [], []
+    result = train_distributed(
+        config, distributed_plan(config), tmp_path,
+        on_metrics=lambda it, metrics: history.append(metrics),
+        on_episodes=lambda first, rates: episodes.append((first, rates)),
+    )  # fmt: skip
+    assert result.iteration == 1
+    (metrics,) = history
+    assert metrics["interventions/rate"] == 1.0
+    assert metrics["interventions/episodes"] == 8  # both ranks' four episodes
+    assert episodes == [(1, [1.0] * 8)]  # gathered from both ranks
