@@ -173,7 +173,9 @@ def test_e_stop_holds_the_robot_until_cleared(scene):
 
 def test_a_marked_success_ends_the_episode_and_the_takeover_is_audited(scene, client):
     run, make = scene
-    robots, consoles = make()
+    # A long deadman: olga sends no heartbeats between her take-over and her release,
+    # which on a busy machine can lie more than the default 0.15 s apart.
+    robots, consoles = make(TeleopSettings(deadman_s=30))
     olga = consoles["olga"]
     olga.take_over(0)
     marked_at = time.time()
