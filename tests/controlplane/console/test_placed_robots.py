@@ -128,7 +128,7 @@ def test_an_operator_drives_the_robot_of_a_worker_on_another_node(
             console.send(op="command", robot=1, action=PUSH, id=sent[-1])
             time.sleep(0.025)
         wait_until(lambda: {a["id"] for m in states(console, second)
-                            for a in m["applied"]} & set(sent), 10, "commands applied")  # fmt: skip
+                            for a in m["applied"]} & set(sent), 30, "commands applied")  # fmt: skip
         assert not {a["id"] for m in states(console, first) for a in m["applied"]}
 
         # Silence: the worker's own deadman lets go, whatever the learner does.
