@@ -17,16 +17,25 @@ def two_nodes():
         yield
 
 
-def test_an_operator_in_each_placed_worker_drives_every_step_of_its_chunks(two_nodes, tmp_path):
-    config = load_config("examples/builtin_ppo.yaml", [
+def scripted_config(tmp_path, *overrides: str):
+    """PPO on the built-in env in chunks of five, the scripted operator on every step,
+    over two nodes as `overrides` place it."""
+    return load_config("examples/builtin_ppo.yaml", [
         "actor.model.num_action_chunks=5", "rollout.action_horizons_pattern=[5]",
-        "env.task_ids=[0]", "env.num_parallel_envs=4", "algorithm.data_batch_size=8",
-        "algorithm.update_epochs=1", "algorithm.num_minibatches=1", "runner.iterations=2",
+        "algorithm.update_epochs=1", "algorithm.num_minibatches=1",
         "runner.progress=false", "runner.torch_threads=1", f"runner.output_dir={tmp_path}",
         "env.interventions.source=scripted", "env.interventions.share=1.0",
-        # One actor rank on node 0; its env copies in a worker on each node.
-        "cluster.num_nodes=2", "cluster.component_placement={actor: '0', env: '0-1'}",
+        "cluster.num_nodes=2", *overrides,
     ])  # fmt: skip
+
+
+def test_an_operator_in_each_placed_worker_drives_every_step_of_its_chunks(two_nodes, tmp_path):
+    config = scripted_config(
+        tmp_path, "env.task_ids=[0]", "env.num_parallel_envs=4", "algorithm.data_batch_size=8",
+        "runner.iterations=2",
+        # One actor rank on node 0; its env copies in a worker on each node.
+        "cluster.component_placement={actor: '0', env: '0-1'}",
+    )  # fmt: skip
     history, placed, episodes = [], [], []
     result = train_distributed(
         config, distributed_plan(config), tmp_path, on_placed=placed.extend,
@@ -45,16 +54,12 @@ def test_an_operator_in_each_placed_worker_drives_every_step_of_its_chunks(two_n
 
 
 def test_actor_ranks_that_step_their_own_copies_each_wrap_them(two_nodes, tmp_path):
-    config = load_config("examples/builtin_ppo.yaml", [
-        "actor.model.num_action_chunks=5", "rollout.action_horizons_pattern=[5]",
-        "env.task_ids=[0,1]", "env.num_parallel_envs=2", "algorithm.data_batch_size=4",
-        "algorithm.update_epochs=1", "algorithm.num_minibatches=1", "runner.iterations=1",
-        "runner.progress=false", "runner.torch_threads=1", f"runner.output_dir={tmp_path}",
-        "env.interventions.source=scripted", "env.interventions.share=1.0",
-        # An actor rank on each node (a task each), no env workers: each steps its own
-        # copies.
-        "cluster.num_nodes=2", "cluster.component_placement={actor: '0-1'}",
-    ])  # fmt: skip
+    config = scripted_config(
+        tmp_path, "env.task_ids=[0,1]", "env.num_parallel_envs=2", "algorithm.data_batch_size=4",
+        "runner.iterations=1",
+        # An actor rank on each node (a task each), no env workers: each steps its own.
+        "cluster.component_placement={actor: '0-1'}",
+    )  # fmt: skip
     history, episodes = [], []
     result = train_distributed(
         config, distributed_plan(config), tmp_path,
