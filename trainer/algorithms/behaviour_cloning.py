@@ -69,7 +69,7 @@ class BehaviourCloning(OnPolicyAlgorithm):
             if buckets is not None:
                 buckets.finish()
             nn.utils.clip_grad_norm_(trained, self.settings.max_grad_norm)
-            self.optimizer.step()
+            self.step_optimizer()
             losses.append(loss.detach())
         dims = self.policy.env_action_dim
         loss_mean = torch.stack(losses).mean().item()

@@ -25,6 +25,15 @@ def trajectory_scores(
     return scores
 
 
+def episode_weights(valid: torch.Tensor) -> torch.Tensor:
+    """``[B]``: what scales each episode's advantage so that its decisions ``valid [T,
+    B]`` weigh, together, as much as another episode's in a mean over rows: the mean
+    decisions per episode over the episode's own. The clipped surrogate is linear in a
+    positive scale of the advantage, so this is the per-episode mean of the loss."""
+    decisions = valid.float().sum(0).clamp(min=1.0)
+    return decisions.mean() / decisions
+
+
 class GRPO(OnPolicyAlgorithm):
     name = "grpo"
     normalizes_advantages = False  # group-relative already
@@ -38,6 +47,8 @@ class GRPO(OnPolicyAlgorithm):
 
     def compute_returns(self, batch: Trajectories) -> Trajectories:
         per_episode = self.episode_advantages(self.trajectory_scores(batch))
+        if self.settings.loss_aggregation == "episodes":
+            per_episode = per_episode * episode_weights(batch.valid)
         advantage = per_episode[None, :] * batch.valid.float()
         return replace(batch, advantage=advantage, returns=torch.zeros_like(advantage))
 

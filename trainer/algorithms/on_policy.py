@@ -56,6 +56,10 @@ class OnPolicySettings:
     # actions x dims (length-normalised, as GSPO does for sequences), which a policy of
     # many action tokens needs for its clip to mean anything.
     ratio: str = "chunk"
+    # GRPO/RLOO: "rows" (each decision weighs the same) or "episodes" (each episode
+    # weighs the same, its decisions sharing that weight).
+    loss_aggregation: str = "rows"
+    lr_warmup_updates: int = 0
 
 
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
@@ -126,6 +130,7 @@ class OnPolicyAlgorithm(ABC):
         self.generator = generator
         self.to_device = HostToDevice(self.device)
         self.optimizer = self._make_optimizer()
+        self.optimizer_steps = 0  # taken so far, for the step size's warmup
         # The other actor ranks this one trains with (none by default); the runner
         # sets it. Gradients, advantage statistics and early stops are agreed through it.
         self.collective = Collective()
@@ -155,6 +160,18 @@ class OnPolicyAlgorithm(ABC):
             params, lr=self.settings.learning_rate, foreach=not fused, fused=fused
         )
 
+    def step_optimizer(self) -> None:
+        """One optimizer step, its step size warmed up over the first
+        `lr_warmup_updates` steps: Adam's first steps are full-size whatever the
+        gradient's noise, which can throw a pretrained policy far off at once."""
+        warmup = self.settings.lr_warmup_updates
+        self.optimizer_steps += 1
+        if warmup:
+            scale = min(1.0, self.optimizer_steps / warmup)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.settings.learning_rate * scale
+        self.optimizer.step()
+
     def shard(self) -> None:
         """`actor.strategy: fsdp`: shard the policy and critic over the collective's
         ranks (trainer/algorithms/sharding.py), keeping full copies for the rollout.
@@ -170,6 +187,7 @@ class OnPolicyAlgorithm(ABC):
             self.acting_critic = sharding.acting_copy(self.critic)
             sharding.shard(self.critic, mesh)
         self.optimizer = self._make_optimizer()
+        self.optimizer_steps = 0  # taken so far, for the step size's warmup
         self.sharded = True
 
     def _refresh_acting(self) -> None:
@@ -454,7 +472,7 @@ class OnPolicyAlgorithm(ABC):
             buckets.finish()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         nn.utils.clip_grad_norm_(params, s.max_grad_norm)
-        self.optimizer.step()
+        self.step_optimizer()
         # A rank whose own rows weigh nothing stepped with the others but has no
         # statistics of its own to report.
         return {} if weightless_possible and not total > 0 else stats
@@ -492,10 +510,11 @@ class OnPolicyAlgorithm(ABC):
 
             assert shards is not None, "sharded models save into a folder of shards"
             sharding.save_shards(self._models(), self.optimizer, shards)
-            return {"shards": shards.name}
+            return {"shards": shards.name, "optimizer_steps": self.optimizer_steps}
         state: dict[str, Any] = {
             **policy_checkpoint(self.policy),
             "optimizer": self.optimizer.state_dict(),
+            "optimizer_steps": self.optimizer_steps,
         }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
@@ -505,6 +524,8 @@ class OnPolicyAlgorithm(ABC):
         """A state from any number of ranks of either strategy: shards (`shards`, the
         folder's path as `load_checkpoint` resolved it) or full tensors."""
         self.policy_version += 1
+        # Checkpoints from before the count resume as if their warmup were over.
+        self.optimizer_steps = int(state.get("optimizer_steps", self.settings.lr_warmup_updates))
         if "shards" in state or self.sharded:
             import trainer.algorithms.sharding as sharding
 

@@ -147,6 +147,15 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("algorithm", "group_size"),
             )
         )
+    if algorithm.loss_aggregation == "episodes" and algorithm.name not in ("grpo", "rloo"):
+        problems.append(
+            ConfigIssue(
+                "algorithm.loss_aggregation",
+                f"episodes weighs an episode's shared outcome advantage: grpo and rloo "
+                f"have one, {algorithm.name} does not",
+                ("algorithm", "loss_aggregation"),
+            )
+        )
     if algorithm.data_batch_size % algorithm.group_size:
         problems.append(
             ConfigIssue(

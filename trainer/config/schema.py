@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from trainer.config.env_defaults import LIBERO_DEFAULT_SUITE, default_max_episode_steps
 
@@ -312,6 +312,12 @@ class ActorConfig(Section):
     model: ModelConfig = ModelConfig()
     learning_rate: float = Field(1e-3, gt=0, description="Adam step size (actor and critic).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per step.")
+    lr_warmup_updates: NonNegativeInt = Field(
+        0,
+        description="Gradient steps over which the step size rises linearly to "
+        "learning_rate (0: none). Adam's first steps are full-size whatever the gradient's "
+        "noise; a warmup keeps them from throwing a pretrained (SFT) policy far off.",
+    )
     device: str = Field(
         "auto",
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",
@@ -495,6 +501,14 @@ class AlgorithmConfig(Section):
         "ratio, the product over its actions and dims) or geometric_mean (that ratio's "
         "geometric mean over its actions x dims, length-normalised as GSPO does; for a "
         "VLA's many action tokens, whose product leaves the clip range at once).",
+    )
+    loss_aggregation: Literal["rows", "episodes"] = Field(
+        "rows",
+        description="grpo/rloo: how the policy loss averages its decisions. rows: each "
+        "decision weighs the same, so a failed episode that ran to the time limit "
+        "outweighs a success that ended early; episodes: each episode weighs the same, "
+        "shared by its decisions (GRPO's per-sequence mean), which keeps the failures' "
+        "push-down from spreading a token policy's probability over every bin.",
     )
     value_clip: float | None = Field(None, gt=0, description="Clip the value update; null: off.")
     value_loss_coef: float = Field(0.5, ge=0, description="Weight of the value loss (PPO).")

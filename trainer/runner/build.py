@@ -59,6 +59,8 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         base_h=a.base_h,
         bootstrap_timeouts=a.bootstrap_timeouts,
         ratio=a.ratio,
+        loss_aggregation=a.loss_aggregation,
+        lr_warmup_updates=config.actor.lr_warmup_updates,
     )
 
 

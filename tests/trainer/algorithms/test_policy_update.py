@@ -149,6 +149,28 @@ def test_grpo_and_rloo_give_every_step_its_trajectory_advantage():
     )
 
 
+@pytest.mark.parametrize("cls", [GRPO, RLOO])
+def test_episode_aggregation_gives_each_episode_the_same_total_weight(cls):
+    """Long failures and short successes: by rows, each decision weighs the same; by
+    episodes, an episode's rows share its advantage, so each weighs the same in all."""
+    _, by_rows, batch = _setup(cls, with_critic=False, group_size=4)
+    batch.episode_success[:] = torch.tensor([1, 0, 0, 0, 0, 1, 0, 0]).bool()
+    batch.valid[:] = True
+    batch.valid[1:, 0] = batch.valid[2:, 5] = False  # the successes end early
+    rows = batch.valid.float().sum(0)
+    per_row = by_rows.compute_returns(batch).advantage[0]
+    settings = replace(by_rows.settings, loss_aggregation="episodes")
+    by_episodes = cls(by_rows.policy, None, settings, chunk=5)
+    advantage = by_episodes.compute_returns(batch).advantage
+    totals = advantage.sum(0)
+    assert torch.allclose(totals, per_row * rows.mean(), atol=1e-6)
+    assert torch.allclose(advantage[0], per_row * rows.mean() / rows, atol=1e-6)
+    assert torch.equal(advantage[~batch.valid], torch.zeros(int((~batch.valid).sum())))
+    # In a group, what the successes push up now balances what the failures push down.
+    assert abs(float(totals[:4].sum())) < 1e-5
+    assert float(by_rows.compute_returns(batch).advantage[:, :4].sum()) < -1.0
+
+
 def test_plan_reward_enters_grpo_scores_and_the_last_ppo_reward():
     _, grpo, batch = _setup(
         GRPO, with_critic=False, group_size=2, use_plan_reward=True, plan_reward_coef=0.5, base_h=5
@@ -248,3 +270,23 @@ def test_minibatches_split_every_row_once_with_its_columns_intact(count):
         rows = part["chunk_offset"]
         assert torch.equal(part["actions"], samples["actions"][rows])
         assert torch.equal(part["plan_horizon"], rows * 10)
+
+
+def test_the_step_size_warms_up_over_its_first_updates_and_resumes_where_it_was():
+    _, algorithm, batch = _setup(GRPO, with_critic=False, group_size=2, learning_rate=1e-3,
+                                 lr_warmup_updates=4, update_epochs=1, num_minibatches=1)  # fmt: skip
+    batch.episode_success[:] = torch.tensor([1, 0] * 4).bool()
+    batch = algorithm.compute_returns(batch)
+    seen = []
+    for _ in range(5):
+        algorithm.update(batch)
+        seen.append(algorithm.optimizer.param_groups[0]["lr"])
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    state = algorithm.state_dict()
+    assert state["optimizer_steps"] == 5
+    fresh = GRPO(copy.deepcopy(algorithm.policy), None, algorithm.settings, chunk=5)
+    fresh.load_state_dict(state)
+    assert fresh.optimizer_steps == 5
+    del state["optimizer_steps"]  # a checkpoint from before the count: warmed up
+    fresh.load_state_dict(state)
+    assert fresh.optimizer_steps == 4

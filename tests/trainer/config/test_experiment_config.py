@@ -112,6 +112,10 @@ def test_errors_name_their_key_path(tmp_path):
             "algorithm.reward_filter.enabled: the group filter needs",
         ),
         (["algorithm.use_plan_reward=true"], "algorithm.plan_reward_coef: use_plan_reward"),
+        (
+            ["algorithm.loss_aggregation=episodes"],
+            "algorithm.loss_aggregation: episodes weighs an episode's shared outcome",
+        ),
         (["env.task_ids=[1, 1]"], "env.task_ids[1]: 1 is negative or listed twice"),
         (["env.task_ids=[]"], "env.task_ids: lists no task"),
         (
