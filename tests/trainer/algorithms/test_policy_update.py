@@ -273,8 +273,10 @@ def test_minibatches_split_every_row_once_with_its_columns_intact(count):
 
 
 def test_the_step_size_warms_up_over_its_first_updates_and_resumes_where_it_was():
-    _, algorithm, batch = _setup(GRPO, with_critic=False, group_size=2, learning_rate=1e-3,
-                                 lr_warmup_updates=4, update_epochs=1, num_minibatches=1)  # fmt: skip
+    settings = {"learning_rate": 1e-3, "update_epochs": 1, "num_minibatches": 1}
+    _, algorithm, batch = _setup(
+        GRPO, with_critic=False, group_size=2, lr_warmup_updates=4, **settings
+    )
     batch.episode_success[:] = torch.tensor([1, 0] * 4).bool()
     batch = algorithm.compute_returns(batch)
     seen = []
