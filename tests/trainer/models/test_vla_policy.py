@@ -25,6 +25,8 @@ from trainer.runner.on_policy_runner import OnPolicyRunner
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples/builtin_vla.yaml"
 IMAGE = 32  # pixels: small, and still four image tokens per picture
+# The example's GRPO-only settings, turned off where a test switches the algorithm.
+NOT_GRPO = ("algorithm.loss_aggregation=rows", "algorithm.reward_filter.enabled=false")
 
 torch.set_num_threads(1)
 
@@ -183,7 +185,7 @@ def test_a_missing_or_incomplete_model_folder_is_a_config_error_naming_it(tiny, 
     with pytest.raises(ConfigError, match="algorithm.name: a vla has no Q-critic"):
         load_config(EXAMPLE, ["algorithm.name=rlpd", "algorithm.group_size=1"])
     with pytest.raises(ConfigError, match="actor.strategy: a vla's value head shares"):
-        load_config(EXAMPLE, ["algorithm.name=ppo", "algorithm.group_size=1",
+        load_config(EXAMPLE, ["algorithm.name=ppo", "algorithm.group_size=1", *NOT_GRPO,
                               "actor.strategy=fsdp"])  # fmt: skip
 
 
@@ -209,7 +211,7 @@ def test_grpo_trains_the_vla_from_the_example_and_resumes_from_its_checkpoint(ti
 
 def test_ppo_trains_a_value_head_on_the_policys_backbone_and_saves_it_apart(tiny, tmp_path):
     config = vla_config(
-        tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1",
+        tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1", *NOT_GRPO,
         "env.num_parallel_envs=8", "actor.model.lora.rank=4", "runner.iterations=2",
         "runner.checkpoint_every=2", "critic.hidden_sizes=[16]",
     )  # fmt: skip
@@ -236,7 +238,7 @@ def test_ppo_trains_a_value_head_on_the_policys_backbone_and_saves_it_apart(tiny
     frozen = {n for n, p in policy.named_parameters() if not p.requires_grad}
     assert frozen and not frozen & set(state["policy"])  # the base stays in its folder
     resumed = OnPolicyRunner(vla_config(
-        tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1",
+        tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1", *NOT_GRPO,
         "env.num_parallel_envs=8", "actor.model.lora.rank=4", "runner.iterations=3",
         "critic.hidden_sizes=[16]",
     ))  # fmt: skip
@@ -283,7 +285,7 @@ def test_the_example_trains_its_sft_start_first_building_the_tiny_model_on_first
 def test_sft_imitates_scripted_demos_and_grpo_starts_from_its_checkpoint(tiny, tmp_path):
     demos = tmp_path / "demos.npz"
     sft = vla_config(
-        tiny, tmp_path / "sft", "algorithm.name=bc", f"algorithm.bc.demos={demos}",
+        tiny, tmp_path / "sft", "algorithm.name=bc", *NOT_GRPO, f"algorithm.bc.demos={demos}",
         "algorithm.bc.scripted_episodes=8", "algorithm.bc.updates_per_iteration=20",
         "actor.learning_rate=0.001",
         "algorithm.group_size=1", "algorithm.data_batch_size=4", "runner.iterations=3",
@@ -311,7 +313,7 @@ def test_sft_imitates_scripted_demos_and_grpo_starts_from_its_checkpoint(tiny, t
 
     save_demos(other, record_demos(BuiltinReachEnv(2), ScriptedReachOperator(2), task_ids=[0]))
     with pytest.raises(ConfigError, match="holds observations of shape \\(19,\\)"):
-        OnPolicyRunner(vla_config(tiny, tmp_path / "y", "algorithm.name=bc",
+        OnPolicyRunner(vla_config(tiny, tmp_path / "y", "algorithm.name=bc", *NOT_GRPO,
                                   f"algorithm.bc.demos={other}"))  # fmt: skip
 
 

@@ -69,7 +69,7 @@ def test_fsdp_ranks_stay_in_sync_and_their_checkpoint_shards_resume_under_ddp(tw
     # Each rank wrote its shards beside the checkpoint file, which names them.
     state = load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
     shards = tmp_path / "checkpoints" / "iter_000002.shards"
-    assert state["algorithm"] == {"shards": str(shards)}
+    assert state["algorithm"]["shards"] == str(shards)
     assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
 
     more = load_config(EXAMPLE, [*SMALL, "actor.strategy=ddp", "runner.iterations=3"])

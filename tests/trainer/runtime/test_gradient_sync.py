@@ -132,7 +132,7 @@ def fsdp_checkpoint_round_trip(algorithm: PPO, mine: dict[str, torch.Tensor], sh
     second sharded copy, by an unsharded (ddp) copy, and from that one's full tensors by
     a third sharded copy: all four then take the same step."""
     state = algorithm.state_dict(shards / "iter_000001.shards")
-    resolved = {"shards": str(shards / state["shards"])}  # as load_checkpoint resolves it
+    resolved = state | {"shards": str(shards / state["shards"])}  # as load_checkpoint does
 
     def copy_of(sharded: bool) -> PPO:
         made = make_algorithm(update_epochs=2)
@@ -254,7 +254,8 @@ def test_fsdp_shards_the_model_and_steps_as_one_process_on_all_rows(ranks):
 
 def test_an_fsdp_checkpoint_is_sharded_and_loads_into_any_number_of_ranks(ranks):
     first, second = ranks["fsdp checkpoint"]
-    assert first["state"] == {"shards": "iter_000001.shards"}
+    # The shards and the count of steps taken, for the step size's warmup.
+    assert first["state"] == {"shards": "iter_000001.shards", "optimizer_steps": 2}
     folder = ranks["shards"] / "iter_000001.shards"
     assert sorted(path.name for path in folder.glob("*.distcp")) == [
         "__0_0.distcp",
@@ -262,7 +263,8 @@ def test_an_fsdp_checkpoint_is_sharded_and_loads_into_any_number_of_ranks(ranks)
     ]  # each rank wrote its own part
     # One process, no process group, unsharded: it reads every rank's part.
     single = make_algorithm(update_epochs=2)
-    single.load_state_dict({"shards": str(folder)})
+    single.load_state_dict({"shards": str(folder), "optimizer_steps": 2})
+    assert single.optimizer_steps == 2
     assert_same([p.detach() for p in single.policy.parameters()], ranks["fsdp"][0]["params"])
     assert all(state["step"] == 2 for state in single.optimizer.state.values())
     # Two ranks loading it, sharded, unsharded, or sharded from the unsharded one's full
