@@ -34,6 +34,9 @@ def test_database_url() -> str:
     return f"postgres://{credentials}@{host}/{params['NAME']}"
 
 
+NODES = "/api/v0/nodes?limit=1"
+
+
 class RayHead:
     """A Ray head of the test run's own, on free ports; never touches other Ray processes."""
 
@@ -50,23 +53,34 @@ class RayHead:
         self.ports = ports or RayHeadPorts.choose()
         self.url = dashboard_url(self.ports)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.log_path = log_dir / "ray-head.log"
         self.process = start(
             ray_head_command(self.temp_dir, self.ports, num_cpus=2),
             {**os.environ, **RAY_HEAD_ENV, **(env or {})},
-            log_dir / "ray-head.log",
+            self.log_path,
         )
         self.wait_ready()
 
     def wait_ready(self) -> None:
-        wait_until(lambda: self._get("/api/version") is not None, 90, "the Ray dashboard")
-        wait_until(
-            lambda: b'"ALIVE"' in (self._get("/api/v0/nodes?limit=1") or b""), 60, "a live node"
-        )
+        # Generous: on a loaded machine (the whole suite in parallel) a head's agents
+        # start slowly and its state API answers in seconds, not milliseconds.
+        wait_until(lambda: self._up() and self._get("/api/version") is not None, 120,
+                   "the Ray dashboard")  # fmt: skip
+        wait_until(lambda: self._up() and b'"ALIVE"' in (self._get(NODES, 10) or b""), 150,
+                   "a live node")  # fmt: skip
 
-    def _get(self, path: str) -> bytes | None:
+    def _up(self) -> bool:
+        """True while `ray start --block` runs; if it exited the head will never come up,
+        so say why at once instead of waiting out the deadline."""
+        if self.process.poll() is None:
+            return True
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the Ray head exited with {self.process.returncode}:\n{tail}")
+
+    def _get(self, path: str, timeout_s: float = 2) -> bytes | None:
         request = urllib.request.Request(self.url + path, headers=self.headers)
         try:
-            with urllib.request.urlopen(request, timeout=2) as reply:
+            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
                 return reply.read()
         except OSError:
             return None

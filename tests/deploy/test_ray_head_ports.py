@@ -16,7 +16,7 @@ from controlplane.core.stack import RayHeadPorts, ray_head_command, web_port
 from tests.processes import wait_until
 from tests.stack import RayHead
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(600)
 
 # Ray's fixed defaults, and the ones the one-machine mode used to pass.
 RAY_FIXED_DEFAULTS = [6379, 6390, 8265, 10001, 52365, 8000]
