@@ -5,8 +5,10 @@
   minimal-torch PPO update of the same sizes written straight in this file (the same
   GAE, normalised advantages, clipped surrogate, value loss, entropy, Adam and gradient
   clip, and nothing else). ratio = floor time / our time: 1 is the floor, rsl_rl-lib
-  5.5.1 measured 0.67-0.71 of it on an H200. Target >= 0.9. ``gpu_ppo_update_bf16``:
-  ours with ``precision=bf16`` against the same fp32 floor.
+  5.5.1 measured 0.67-0.71 of it on an H200. Target >= 0.9. Our minibatch steps replay
+  CUDA graphs (``algorithm.cuda_graph``); ``gpu_ppo_update_eager`` launches them kernel
+  by kernel. ``gpu_ppo_update_bf16``: ours with ``precision=bf16`` against the same fp32
+  floor.
 - ``gpu_rollout``: rounds of the built-in env (CPU) with our policy on the GPU, through
   the rollout loop (plan cache, storage, transfers), against the raw env stepped with
   the same model calls on the GPU and the same transfers. Target >= 0.9.
@@ -95,7 +97,9 @@ def synthetic_round(device: torch.device) -> dict[str, torch.Tensor]:
     }
 
 
-def our_ppo(device: torch.device, data: dict[str, torch.Tensor], precision: str):
+def our_ppo(
+    device: torch.device, data: dict[str, torch.Tensor], precision: str, cuda_graph: bool = True
+):
     policy = GaussianChunkPolicy(
         MLPEncoder(OBS_DIM, HIDDEN, "elu"), ACTION_DIM, ACTION_DIM, max_horizon=1
     )
@@ -104,6 +108,7 @@ def our_ppo(device: torch.device, data: dict[str, torch.Tensor], precision: str)
         gamma=GAMMA, gae_lambda=LAM, clip_ratio=CLIP, value_loss_coef=VALUE_COEF,
         entropy_coef=ENTROPY_COEF, update_epochs=EPOCHS, num_minibatches=MINIBATCHES,
         learning_rate=LR, max_grad_norm=MAX_GRAD_NORM, normalize_advantages=True,
+        cuda_graph=cuda_graph,
     )  # fmt: skip
     algorithm = PPO(
         policy, critic, settings, chunk=1, generator=torch.Generator().manual_seed(0),
@@ -311,6 +316,9 @@ def main() -> int:
     result("gpu_ppo_update", ours_s, floor_s, name, ">= 0.9")
     ours_s, floor_s = median_pair(our_ppo(device, data, "bf16"), floor, device, args.repeats)
     result("gpu_ppo_update_bf16", ours_s, floor_s, name, "(fp32 floor)")
+    eager = our_ppo(device, data, "fp32", cuda_graph=False)
+    ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
+    result("gpu_ppo_update_eager", ours_s, floor_s, name, "(cuda_graph=false)")
     ours_s, floor_s = median_pair(*rollout_pair(device), device, args.repeats)
     result("gpu_rollout", ours_s, floor_s, name, ">= 0.9")
     ours_s, floor_s = median_pair(*rlpd_pair(device), device, args.repeats)

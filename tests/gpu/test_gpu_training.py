@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer.algorithms import PPO, OnPolicySettings
 from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
 from trainer.config import load_config
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions, compact_images
+from trainer.models import GaussianChunkPolicy, ValueCritic, build_encoder
 from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.rlpd_runner import RLPDRunner
 
@@ -54,6 +56,7 @@ def test_ppo_learns_on_the_gpu(tmp_path, precision):
     config = _config(
         tmp_path, "builtin_ppo.yaml", "actor.device=cuda", f"actor.precision={precision}",
         "runner.iterations=12", "env.task_ids=[0]",
+        "algorithm.target_kl=null",  # no early stop: the minibatch steps replay graphs
     )  # fmt: skip
     runner = OnPolicyRunner(config, output_dir=tmp_path)
     try:
@@ -62,6 +65,9 @@ def test_ppo_learns_on_the_gpu(tmp_path, precision):
         history = runner.learn()
     finally:
         runner.close()
+    graphs = runner.algorithm.step_graphs
+    assert not graphs.failed and graphs.steps  # the rounds' row counts, padded
+    assert all(step.graph is not None for step in graphs.steps.values())
     assert [round(h["losses/updates"]) > 0 for h in history] == [True] * 12
     assert 0 < history[-1]["device/memory_allocated_gb"] <= history[-1]["device/memory_peak_gb"]
     first = history[0]["rollout/success_rate"]
@@ -215,6 +221,72 @@ def test_a_graphed_rlpd_learner_loads_a_checkpoint_and_captures_again():
     _rlpd_rounds(graphed, batches[8:], 8)
     assert graphed.graphed_round.graph is not None and graphed.updates == source.updates == 24
     _same_learners(source, graphed)
+
+
+def _graph_pair_ppo(graphed: bool, precision: str = "fp32", device=CUDA) -> PPO:
+    torch.manual_seed(0)
+    policy = GaussianChunkPolicy(build_encoder("mlp", (6,), (64, 64)), 3, 3, 4)
+    critic = ValueCritic(build_encoder("mlp", (6,), (64, 64)))
+    settings = OnPolicySettings(
+        update_epochs=3, num_minibatches=4, entropy_coef=0.01, cuda_graph=graphed
+    )
+    return PPO(policy, critic, settings, chunk=2, generator=torch.Generator().manual_seed(0),
+               device=device, precision=precision)  # fmt: skip
+
+
+def _ppo_rows(count: int, seed: int) -> dict[str, torch.Tensor]:
+    """Rows with the log-probs of the untrained policy, on the GPU."""
+    from tests.trainer.runtime.test_gradient_sync import rows
+
+    made = rows(_graph_pair_ppo(False, device="cpu"), count, seed)
+    return {name: tensor.to(CUDA) for name, tensor in made.items()}
+
+
+def _same_models(first: PPO, second: PPO, tolerance: float) -> None:
+    for a, b in zip(first.state_dict()["policy"].values(), second.state_dict()["policy"].values(),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+    for a, b in zip(first.critic.parameters(), second.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ppo_steps_replayed_from_cuda_graphs_compute_what_eager_steps_do(precision):
+    """Warm-up steps, a capture per padded minibatch size (203 rows make minibatches of
+    50-51, padded to 52; 150 rows 37-38, padded to 40), then replays: every step's
+    statistics are its own and the models end where eager steps leave them."""
+    algorithms = {graphed: _graph_pair_ppo(graphed, precision) for graphed in (False, True)}
+    assert algorithms[False].step_graphs is None
+    tolerance = 1e-4 if precision == "fp32" else 2e-2
+    for seed, count in enumerate([203, 203, 150, 203]):
+        samples = _ppo_rows(count, seed)
+        eager, replayed = (algorithms[g].update_rows(dict(samples)) for g in (False, True))
+        assert eager.keys() == replayed.keys()
+        for key in eager:
+            assert replayed[key] == pytest.approx(eager[key], rel=tolerance, abs=tolerance), key
+    graphs = algorithms[True].step_graphs
+    assert not graphs.failed and sorted(size for size, _ in graphs.steps) == [40, 52]
+    assert all(step.graph is not None for step in graphs.steps.values())
+    assert algorithms[True].optimizer_steps == algorithms[False].optimizer_steps == 48
+    _same_models(algorithms[False], algorithms[True], tolerance)
+
+
+def test_a_graphed_ppo_loads_a_checkpoint_and_captures_again():
+    """Loading replaces the optimizer's state tensors the graphs pointed at: the next
+    steps run from the loaded state, not from stale copies."""
+    source, graphed = _graph_pair_ppo(False), _graph_pair_ppo(True)
+    graphed.update_rows(_ppo_rows(203, 0))  # captured and replayed
+    assert graphed.step_graphs.steps
+    source.update_rows(_ppo_rows(160, 1))
+    graphed.load_state_dict(copy.deepcopy(source.state_dict()))
+    assert not graphed.step_graphs.steps and graphed.optimizer_steps == source.optimizer_steps
+    assert all(group["capturable"] for group in graphed.optimizer.param_groups)
+    for algorithm in (source, graphed):
+        algorithm.generator = torch.Generator().manual_seed(7)
+        for seed in (2, 3):
+            algorithm.update_rows(_ppo_rows(203, seed))
+    assert graphed.step_graphs.steps
+    _same_models(source, graphed, 1e-4)
 
 
 FSDP_ONE_GPU = """

@@ -20,7 +20,8 @@ from torch import nn
 from trainer.algorithms.bootstrap import bootstrap_timeouts
 from trainer.algorithms.collective import Collective
 from trainer.algorithms.gradient_buckets import DEFAULT_CAP_BYTES, GradientBuckets
-from trainer.data.rollout_storage import RolloutStorage, Trajectories, Transition, minibatches
+from trainer.algorithms.step_graph import GraphedSteps
+from trainer.data.rollout_storage import PackedRows, RolloutStorage, Trajectories, Transition
 from trainer.devices import HostToDevice, autocast
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache
@@ -60,6 +61,8 @@ class OnPolicySettings:
     # weighs the same, its decisions sharing that weight).
     loss_aggregation: str = "rows"
     lr_warmup_updates: int = 0
+    # On a GPU, replay each minibatch step from a captured CUDA graph (step_graph.py).
+    cuda_graph: bool = True
 
 
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
@@ -129,6 +132,14 @@ class OnPolicyAlgorithm(ABC):
         # GPU as on the CPU, and only indices cross to the device.
         self.generator = generator
         self.to_device = HostToDevice(self.device)
+        # Graphs only of the built-in policies: a transformers model's forward (the
+        # VLA's) reads data back to choose its path, which a capture cannot hold.
+        graphed = (
+            settings.cuda_graph
+            and self.device.type == "cuda"
+            and isinstance(policy, GaussianChunkPolicy)
+        )
+        self.step_graphs: GraphedSteps | None = GraphedSteps(self) if graphed else None
         self.optimizer = self._make_optimizer()
         self.optimizer_steps = 0  # taken so far, for the step size's warmup
         # The other actor ranks this one trains with (none by default); the runner
@@ -154,11 +165,13 @@ class OnPolicyAlgorithm(ABC):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         params += list(self.critic.parameters()) if self.critic is not None else []
         # One multi-tensor kernel per step instead of a loop over parameters (the CPU's
-        # default loop costs ~5% of a small-MLP update); fused on a GPU.
+        # default loop costs ~5% of a small-MLP update); fused on a GPU, and capturable
+        # (its step count on the device) where a graph replays it.
         fused = self.device.type == "cuda"
         return torch.optim.Adam(
-            params, lr=self.settings.learning_rate, foreach=not fused, fused=fused
-        )
+            params, lr=self.settings.learning_rate, foreach=not fused, fused=fused,
+            capturable=self.step_graphs is not None and self.step_graphs.capture,
+        )  # fmt: skip
 
     def step_optimizer(self) -> None:
         """One optimizer step, its step size warmed up over the first
@@ -221,7 +234,7 @@ class OnPolicyAlgorithm(ABC):
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The forward passes' precision (`precision`)."""
-        return autocast(self.device, self.precision)
+        return autocast(self.device, self.precision, cache=self.step_graphs is None)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
@@ -380,14 +393,20 @@ class OnPolicyAlgorithm(ABC):
         self._weightless_possible = self.collective.world_size > 1 or bool(
             (samples["weight"] == 0).any()
         )
+        rows = PackedRows(samples)
+        graphs = self._graphs_for_update()
         sums: dict[str, torch.Tensor] = {}
         updates = 0
         early_stopped = False
         for _ in range(s.update_epochs):
             # Every rank takes the same number of steps, an idle rank (no task this
             # iteration) with empty minibatches that contribute nothing.
-            for mb in minibatches(samples, s.num_minibatches, self.generator, keep_empty=True):
-                stats = self._minibatch_step(mb)
+            for part in rows.shuffled_parts(s.num_minibatches, self.generator):
+                # A graph holds its step size: replayed once the warmup's is constant.
+                if graphs is not None and self.optimizer_steps >= s.lr_warmup_updates:
+                    stats = graphs.step(rows, part)
+                else:
+                    stats = self._minibatch_step(rows.select(part))
                 if stats is None:
                     early_stopped = True
                     break
@@ -407,6 +426,17 @@ class OnPolicyAlgorithm(ABC):
         if log_std is not None:
             metrics["policy/std"] = log_std.detach().exp().mean().item()
         return metrics
+
+    def _graphs_for_update(self) -> GraphedSteps | None:
+        """The step graphs where this update's steps take one path whatever their data:
+        one rank, no early stop, no minibatch that may weigh nothing (each of those asks
+        the device, which a replay cannot)."""
+        graphs = self.step_graphs
+        if graphs is None or self.collective.world_size > 1 or self.sharded:
+            return None
+        if self.settings.target_kl is not None or self._weightless_possible:
+            return None
+        return graphs
 
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """One gradient step; its statistics as tensors on the device. The
@@ -545,6 +575,12 @@ class OnPolicyAlgorithm(ABC):
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.step_graphs is not None:
+            for group in self.optimizer.param_groups:
+                # A saved group brings the flag of the run that saved it (a CPU run's is
+                # False); this run's graphs need their own.
+                group["capturable"] = self.step_graphs.capture
+            self.step_graphs.reset()  # the graphs held the optimizer's old state
 
     def _models(self) -> nn.ModuleDict:
         """The policy and critic under one module: their checkpoint names."""

@@ -516,6 +516,13 @@ class AlgorithmConfig(Section):
     target_kl: float | None = Field(None, gt=0, description="KL early stop; null: off.")
     update_epochs: PositiveInt = Field(4, description="Passes over the batch per iteration.")
     num_minibatches: PositiveInt = Field(4, description="Minibatches per pass.")
+    cuda_graph: bool = Field(
+        True,
+        description="ppo/grpo/rloo on a GPU: capture a minibatch step (forward, losses, "
+        "backward, clip, Adam) once as a CUDA graph and replay it, one launch instead of "
+        "hundreds of small kernels; used with one rank, no target_kl and the built-in "
+        "policies. false runs every step kernel by kernel.",
+    )
     normalize_advantages: bool | None = Field(
         None, description="null: on for ppo, off for grpo/rloo (already group-relative)."
     )

@@ -307,6 +307,71 @@ class RolloutStorage:
         )
 
 
+Layout = tuple[tuple[str, torch.dtype, int, int, tuple[int, ...]], ...]
+
+
+class PackedRows:
+    """Training samples with the columns of each dtype packed side by side, so a
+    minibatch is one row selection per dtype and its columns are views: on a GPU, where
+    an update of a small network is bound by how many kernels it launches, a dozen
+    selections per minibatch cost more than the arithmetic."""
+
+    def __init__(self, samples: dict[str, torch.Tensor]) -> None:
+        first = next(iter(samples.values()))
+        self.count = first.shape[0]
+        self.device = first.device
+        layout = []
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for name, value in samples.items():
+            columns = by_dtype.setdefault(value.dtype, [])
+            start = sum(c.shape[1] for c in columns)
+            flat = value.reshape(self.count, math.prod(value.shape[1:]))  # also with no rows
+            columns.append(flat)
+            layout.append((name, value.dtype, start, flat.shape[1], tuple(value.shape[1:])))
+        # (name, dtype, first column, columns, shape of a row): equal for every
+        # iteration of a run, so it also keys what is built for one (e.g. a CUDA graph).
+        self.layout: Layout = tuple(layout)
+        self.tables = {
+            dtype: columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
+            for dtype, columns in by_dtype.items()
+        }
+
+    def shuffled_parts(
+        self, parts: int, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """The row indices shuffled and split into `parts` near-equal parts (some empty
+        when there are fewer rows). Drawn on the CPU (`generator` is a CPU generator):
+        the same shuffle on any device."""
+        order = torch.randperm(self.count, generator=generator, device="cpu")
+        return torch.tensor_split(order.to(self.device), parts)
+
+    def select(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The samples of `rows`."""
+        # index_select: several times faster than advanced indexing on CPU
+        return self.views(
+            {dtype: table.index_select(0, rows) for dtype, table in self.tables.items()}
+        )
+
+    def empty(self, rows: int) -> dict[torch.dtype, torch.Tensor]:
+        """Tables for `rows` rows, to `select_into`."""
+        return {
+            dtype: torch.empty(rows, table.shape[1], dtype=dtype, device=self.device)
+            for dtype, table in self.tables.items()
+        }
+
+    def select_into(self, rows: torch.Tensor, tables: dict[torch.dtype, torch.Tensor]) -> None:
+        """The rows `rows` written into `tables` (from `empty`) in place."""
+        for dtype, table in self.tables.items():
+            torch.index_select(table, 0, rows, out=tables[dtype])
+
+    def views(self, tables: dict[torch.dtype, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each sample column of `tables` by its name and shape."""
+        return {
+            name: tables[dtype][:, start : start + width].view(-1, *shape)
+            for name, dtype, start, width, shape in self.layout
+        }
+
+
 def minibatches(
     samples: dict[str, torch.Tensor],
     num_minibatches: int,
@@ -314,32 +379,8 @@ def minibatches(
     keep_empty: bool = False,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Shuffle the rows and split them into ``num_minibatches`` near-equal parts
-    (with ``keep_empty``, always that many, some empty when there are fewer rows).
-
-    The columns of each dtype are packed side by side once, so a minibatch is one row
-    selection per dtype and its columns are views: on a GPU, where an update of a small
-    network is bound by how many kernels it launches, a dozen selections per minibatch
-    cost more than the arithmetic."""
-    first = next(iter(samples.values()))
-    count = first.shape[0]
-    # Drawn on the CPU (`generator` is a CPU generator): the same shuffle on any device.
-    order = torch.randperm(count, generator=generator, device="cpu").to(first.device)
-    packed: dict[torch.dtype, torch.Tensor] = {}
-    layout: list[tuple[str, torch.dtype, int, int, tuple[int, ...]]] = []
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for name, value in samples.items():
-        columns = by_dtype.setdefault(value.dtype, [])
-        start = sum(c.shape[1] for c in columns)
-        flat = value.reshape(count, math.prod(value.shape[1:]))  # also with no rows
-        columns.append(flat)
-        layout.append((name, value.dtype, start, flat.shape[1], tuple(value.shape[1:])))
-    for dtype, columns in by_dtype.items():
-        packed[dtype] = columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
-    for part in torch.tensor_split(order, num_minibatches):
+    (with ``keep_empty``, always that many, some empty when there are fewer rows)."""
+    packed = PackedRows(samples)
+    for part in packed.shuffled_parts(num_minibatches, generator):
         if part.numel() or keep_empty:
-            # index_select: several times faster than advanced indexing on CPU
-            rows = {dtype: table.index_select(0, part) for dtype, table in packed.items()}
-            yield {
-                name: rows[dtype][:, start : start + width].view(-1, *shape)
-                for name, dtype, start, width, shape in layout
-            }
+            yield packed.select(part)

@@ -61,6 +61,7 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         ratio=a.ratio,
         loss_aggregation=a.loss_aggregation,
         lr_warmup_updates=config.actor.lr_warmup_updates,
+        cuda_graph=a.cuda_graph,
     )
 
 

@@ -14,9 +14,9 @@ from trainer.runner.collection import run_round
 torch.set_num_threads(1)
 
 
-def _setup(cls, with_critic=True, **settings):
+def _setup(cls, with_critic=True, num_envs=8, **settings):
     torch.manual_seed(0)
-    env = BuiltinReachEnv(num_envs=8, max_episode_steps=20)
+    env = BuiltinReachEnv(num_envs=num_envs, max_episode_steps=20)
     policy = GaussianChunkPolicy(build_encoder("mlp", env.obs_shape, (16,)), 7, 7, 10)
     critic = ValueCritic(build_encoder("mlp", env.obs_shape, (16,))) if with_critic else None
     algorithm = cls(
@@ -30,8 +30,8 @@ def _setup(cls, with_critic=True, **settings):
         env,
         algorithm,
         0,
-        list(range(8)),
-        assign_horizons([5, 10], 8),
+        list(range(num_envs)),
+        assign_horizons([5, 10], num_envs),
         4,
         group_size=settings.get("group_size", 1),
     )

@@ -1,0 +1,99 @@
+"""The on-policy update's graphed minibatch steps, on the CPU: the same fixed, padded
+tables a GPU's replays are fed, run eagerly (tests/gpu replays them from CUDA graphs)."""
+
+import copy
+
+import pytest
+import torch
+
+from tests.device_guard import DeviceGuard
+from tests.trainer.algorithms.test_policy_update import _params, _setup
+from trainer.algorithms import GRPO, PPO
+from trainer.algorithms.step_graph import WARMUP_STEPS, GraphedSteps, padded_rows
+
+torch.set_num_threads(1)
+
+
+def test_padded_sizes_add_at_most_an_eighth_and_few_sizes_cover_a_range():
+    for rows in range(1, 5000):
+        size = padded_rows(rows)
+        assert rows <= size <= rows + max(0, rows // 8)
+        assert padded_rows(size) == size
+    # A run whose minibatches hold 900-1100 rows captures a handful of sizes.
+    assert len({padded_rows(rows) for rows in range(900, 1101)}) == 3
+    assert padded_rows(24_576) == 24_576  # Isaac Lab's 4096 x 24 in 4: no padding
+
+
+def _pair(cls, **settings):
+    """Two copies of one algorithm and batch: one plain, one stepping through the fixed
+    tables."""
+    _, plain, batch = _setup(cls, num_envs=40, **settings)
+    tabled = copy.deepcopy(plain)
+    tabled.step_graphs = GraphedSteps(tabled, capture=False)
+    return plain, tabled, batch
+
+
+@pytest.mark.parametrize(
+    ("cls", "settings"),
+    [
+        (PPO, {"update_epochs": 3, "num_minibatches": 3, "entropy_coef": 0.01}),
+        (GRPO, {"update_epochs": 2, "num_minibatches": 3, "group_size": 2, "with_critic": False}),
+    ],
+)
+def test_steps_on_padded_fixed_tables_compute_what_plain_steps_do(cls, settings):
+    plain, tabled, batch = _pair(cls, **settings)
+    if cls is GRPO:  # groups that differ: advantages to learn from
+        batch.episode_success[:] = torch.arange(40) % 4 == 0
+        batch = plain.compute_returns(batch)
+    assert batch.advantage.abs().sum() > 0
+    rows = batch.training_samples()["weight"].shape[0]
+    minibatch = rows // settings["num_minibatches"]
+    assert padded_rows(minibatch) > minibatch, "the test needs padding rows"
+    for _ in range(2):
+        expected = plain.update(batch)
+        with DeviceGuard() as guard:  # every table and index made on the device
+            got = tabled.update(batch)
+        assert guard.found == []
+        assert got.keys() == expected.keys()
+        for key in expected:
+            assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+    for a, b in zip(_params(plain), _params(tabled), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    graphs = tabled.step_graphs
+    assert graphs.eager_steps == WARMUP_STEPS and graphs.steps  # then the tables
+    assert tabled.optimizer_steps == plain.optimizer_steps
+
+
+def test_padding_rows_weigh_nothing_even_when_they_copy_a_weighty_row():
+    plain, tabled, batch = _pair(PPO, update_epochs=1, num_minibatches=3)
+    tabled.step_graphs.eager_steps = WARMUP_STEPS  # straight to the tables
+    tabled.update(batch)
+    step = next(iter(tabled.step_graphs.steps.values()))
+    weights = step.inputs["weight"]
+    real = int((weights > 0).sum())
+    assert 0 < real < weights.shape[0]
+    assert torch.equal(weights[real:], torch.zeros(weights.shape[0] - real))
+    # the padding repeats a real row: finite inputs, whatever the policy makes of them
+    assert torch.equal(
+        step.inputs["obs"][real:], step.inputs["obs"][:1].expand_as(step.inputs["obs"][real:])
+    )
+
+
+def test_the_tables_stand_aside_where_a_step_must_ask_the_device():
+    """An early stop, or a batch with weightless rows (a masked group), takes the plain
+    path: whether to step at all is read from the device there."""
+    _, tabled, batch = _pair(PPO, update_epochs=2, num_minibatches=2, target_kl=1e9)
+    tabled.update(batch)
+    assert tabled.step_graphs.eager_steps == 0 and not tabled.step_graphs.steps
+    _, tabled, batch = _pair(PPO, update_epochs=2, num_minibatches=2)
+    batch.loss_mask[0] = 0
+    tabled.update(batch)
+    assert tabled.step_graphs.eager_steps == 0 and not tabled.step_graphs.steps
+
+
+def test_loading_a_checkpoint_forgets_the_tables_built_for_the_old_state():
+    plain, tabled, batch = _pair(PPO, update_epochs=3, num_minibatches=2)
+    tabled.update(batch)
+    assert tabled.step_graphs.steps
+    tabled.load_state_dict(plain.state_dict())
+    assert not tabled.step_graphs.steps and tabled.step_graphs.eager_steps == 0
