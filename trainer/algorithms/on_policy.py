@@ -199,6 +199,7 @@ class OnPolicyAlgorithm(ABC):
         if self.critic is not None:
             self.acting_critic = sharding.acting_copy(self.critic)
             sharding.shard(self.critic, mesh)
+        self.step_graphs = None  # sharded steps gather and scatter across ranks: eager
         self.optimizer = self._make_optimizer()
         self.optimizer_steps = 0  # taken so far, for the step size's warmup
         self.sharded = True
