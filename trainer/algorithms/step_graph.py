@@ -63,6 +63,9 @@ class _Step:
 
 
 class GraphedSteps:
+    """An algorithm's minibatch steps: eager at first, then each padded size captured
+    once and replayed (`capture`), or run eagerly on the same tables (the CPU)."""
+
     def __init__(self, algorithm: OnPolicyAlgorithm, capture: bool = True) -> None:
         self.algorithm = algorithm
         self.capture = capture
@@ -125,16 +128,10 @@ class GraphedSteps:
         inputs = rows.views(tables)
         if not self.capture:
             return _Step(tables, inputs)
-        # The tables' contents do not matter to a capture (it runs no kernel), but the
-        # step's Python must find finite weights to take its branches as a replay would.
-        for table in tables.values():
-            table.zero_()
-        for name in WEIGHTS:
-            inputs[name].fill_(1.0)
+        # What the tables hold does not matter yet: a capture records kernels, runs none.
         algorithm = self.algorithm
         steps_taken = algorithm.optimizer_steps  # capturing runs the Python, not the kernels
         graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(algorithm.device)
         try:
             with torch.cuda.graph(graph, pool=self.pool):
                 stats = algorithm._minibatch_step(inputs)
