@@ -2,6 +2,7 @@
 tables a GPU's replays are fed, run eagerly (tests/gpu replays them from CUDA graphs)."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,8 @@ from tests.device_guard import DeviceGuard
 from tests.trainer.algorithms.test_policy_update import _params, _setup
 from trainer.algorithms import GRPO, PPO
 from trainer.algorithms.step_graph import WARMUP_STEPS, GraphedSteps, padded_rows
+from trainer.config import load_config
+from trainer.runner.build import settings_from_config
 
 torch.set_num_threads(1)
 
@@ -97,3 +100,12 @@ def test_loading_a_checkpoint_forgets_the_tables_built_for_the_old_state():
     assert tabled.step_graphs.steps
     tabled.load_state_dict(plain.state_dict())
     assert not tabled.step_graphs.steps and tabled.step_graphs.eager_steps == 0
+
+
+def test_the_config_key_reaches_the_algorithm_and_a_cpu_run_has_no_graphs():
+    example = Path(__file__).resolve().parents[3] / "examples" / "builtin_grpo.yaml"
+    assert settings_from_config(load_config(example)).cuda_graph
+    settings = settings_from_config(load_config(example, ["algorithm.cuda_graph=false"]))
+    assert not settings.cuda_graph
+    _, algorithm, _ = _setup(PPO, update_epochs=1)  # on the CPU: nothing to capture
+    assert algorithm.step_graphs is None
