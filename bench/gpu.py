@@ -140,7 +140,17 @@ def our_ppo(
     def run() -> None:
         algorithm.update(algorithm.compute_returns(batch))
 
+    run.algorithm = algorithm  # type: ignore[attr-defined]  (what graphs it captured)
     return run
+
+
+def graphs_captured(run: Callable[[], object]) -> str:
+    """What a one-shot GPU run should see at once: whether the steps replayed graphs."""
+    graphs = run.algorithm.step_graphs  # type: ignore[attr-defined]
+    if graphs is None:
+        return "none (eager)"
+    sizes = sorted(size for size, _ in graphs.steps)
+    return f"{len(sizes)} sizes {sizes}" + (" (a capture failed: eager)" if graphs.failed else "")
 
 
 def floor_ppo(device: torch.device, data: dict[str, torch.Tensor]):
@@ -312,8 +322,10 @@ def main() -> int:
     print(f"device={name!r} torch={torch.__version__} envs={ENVS} steps={STEPS} hidden={HIDDEN}")
     data = synthetic_round(device)
     floor = floor_ppo(device, data)
-    ours_s, floor_s = median_pair(our_ppo(device, data, "fp32"), floor, device, args.repeats)
+    ours = our_ppo(device, data, "fp32")
+    ours_s, floor_s = median_pair(ours, floor, device, args.repeats)
     result("gpu_ppo_update", ours_s, floor_s, name, ">= 0.9")
+    print(f"gpu_ppo_update step graphs: {graphs_captured(ours)}")
     ours_s, floor_s = median_pair(our_ppo(device, data, "bf16"), floor, device, args.repeats)
     result("gpu_ppo_update_bf16", ours_s, floor_s, name, "(fp32 floor)")
     eager = our_ppo(device, data, "fp32", cuda_graph=False)
