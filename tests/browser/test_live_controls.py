@@ -133,11 +133,13 @@ def test_stop_stays_the_same_button_while_a_run_streams_and_one_click_stops_it(p
         started = time.monotonic()
         stop.click(timeout=5_000)
         clicked_after = time.monotonic() - started
+        # Hang guards, not latency claims: beside the whole suite the web server takes
+        # the POST behind the streamer's flood. A lost click would fail them all the same.
         wait_until(
             lambda: Run.objects.get(pk=run.pk).cancel_requested_at is not None,
-            10, "the cancel to be recorded",
+            30, "the cancel to be recorded",
         )  # fmt: skip
-        expect(header.locator(".badge", has_text="cancelling")).to_be_visible(timeout=10_000)
+        expect(header.locator(".badge", has_text="cancelling")).to_be_visible(timeout=30_000)
     finally:
         streamer.stop()
     assert clicked_after < 3, f"the click took {clicked_after:.1f} s"
