@@ -14,15 +14,14 @@ there before anything is captured.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 import torch
 
+from trainer.algorithms.cuda_graphs import PackedGraph, capture_stats, on_side_stream
+
 if TYPE_CHECKING:
     from trainer.algorithms.rlpd import RLPDLearner
-
-log = logging.getLogger(__name__)
 
 Batch = dict[str, torch.Tensor]
 # What a round reads of a batch.
@@ -40,10 +39,8 @@ class GraphedRound:
 
     def reset(self) -> None:
         """Forget the captured round, after the learner's state was replaced."""
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graph: PackedGraph | None = None
         self.inputs: list[Batch] = []
-        self.keys: list[str] = []
-        self.packed: torch.Tensor | None = None
         self.eager_rounds = 0
 
     def update(self, batches: list[Batch]) -> dict[str, torch.Tensor]:
@@ -57,34 +54,20 @@ class GraphedRound:
         for fixed, batch in zip(self.inputs, batches, strict=True):
             for name, tensor in fixed.items():
                 tensor.copy_(batch[name])
-        self.graph.replay()
+        metrics = self.graph.replay()
         self.learner.updates += len(batches)
-        return dict(zip(self.keys, self.packed.clone().unbind(0), strict=True))
+        return metrics
 
     def _eager(self, batches: list[Batch]) -> dict[str, torch.Tensor]:
-        main = torch.cuda.current_stream(self.device)
-        self.side_stream.wait_stream(main)
-        with torch.cuda.stream(self.side_stream):
-            metrics = self.learner.round(batches)
-        main.wait_stream(self.side_stream)
-        return metrics
+        return on_side_stream(self.side_stream, lambda: self.learner.round(batches))
 
     def _capture(self, batches: list[Batch]) -> None:
         inputs = [{name: batch[name].clone() for name in INPUTS} for batch in batches]
         updates = self.learner.updates  # capturing runs the Python, not the kernels
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(self.device)
         try:
-            with torch.cuda.graph(graph):
-                metrics = self.learner.round(inputs)
-                keys = sorted(metrics)
-                packed = torch.stack([metrics[key].float() for key in keys])
-        except RuntimeError as error:
-            # Eager rounds compute the same thing, only slower: say so and go on.
-            log.warning("rlpd: the update round could not be captured as a CUDA graph "
-                        "(%s); rounds run kernel by kernel", error)  # fmt: skip
-            self.failed = True
-            return
+            graph = capture_stats(lambda: self.learner.round(inputs), "rlpd's update round")
         finally:
             self.learner.updates = updates
-        self.graph, self.inputs, self.keys, self.packed = graph, inputs, keys, packed
+        self.failed = graph is None
+        if graph is not None:
+            self.graph, self.inputs = graph, inputs

@@ -24,18 +24,16 @@ runs the padding and gathering a GPU's replays use.
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from trainer.algorithms.cuda_graphs import PackedGraph, capture_stats, on_side_stream
 from trainer.data.rollout_storage import Layout, PackedRows
 
 if TYPE_CHECKING:
     from trainer.algorithms.on_policy import OnPolicyAlgorithm
-
-log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 3
 MAX_GRAPHS = 8  # sizes captured per run; steps of any further size run eagerly
@@ -52,14 +50,11 @@ def padded_rows(rows: int) -> int:
 
 @dataclass
 class _Step:
-    """A captured step: its fixed input tables, and its statistics packed in one tensor
-    that each replay writes."""
+    """A step's fixed input tables, and its graph (none where nothing is captured)."""
 
     tables: dict[torch.dtype, torch.Tensor]
     inputs: dict[str, torch.Tensor]
-    keys: list[str] = field(default_factory=list)
-    packed: torch.Tensor | None = None
-    graph: torch.cuda.CUDAGraph | None = None
+    graph: PackedGraph | None = None
 
 
 class GraphedSteps:
@@ -101,9 +96,9 @@ class GraphedSteps:
         self._fill(step, rows, part)
         if step.graph is None:  # not captured: the step itself, on the fixed tables
             return self.algorithm._minibatch_step(step.inputs)
-        step.graph.replay()
+        stats = step.graph.replay()
         self.algorithm.optimizer_steps += 1
-        return dict(zip(step.keys, step.packed.clone().unbind(0), strict=True))
+        return stats
 
     def _fill(self, step: _Step, rows: PackedRows, part: torch.Tensor) -> None:
         size, count = next(iter(step.tables.values())).shape[0], part.numel()
@@ -116,12 +111,7 @@ class GraphedSteps:
     def _eager(self, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.side_stream is None:
             return self.algorithm._minibatch_step(minibatch)
-        main = torch.cuda.current_stream(self.algorithm.device)
-        self.side_stream.wait_stream(main)
-        with torch.cuda.stream(self.side_stream):
-            stats = self.algorithm._minibatch_step(minibatch)
-        main.wait_stream(self.side_stream)
-        return stats
+        return on_side_stream(self.side_stream, lambda: self.algorithm._minibatch_step(minibatch))
 
     def _build(self, rows: PackedRows, size: int) -> _Step | None:
         tables = rows.empty(size)
@@ -131,19 +121,15 @@ class GraphedSteps:
         # What the tables hold does not matter yet: a capture records kernels, runs none.
         algorithm = self.algorithm
         steps_taken = algorithm.optimizer_steps  # capturing runs the Python, not the kernels
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
-                stats = algorithm._minibatch_step(inputs)
-                keys = sorted(stats)
-                packed = torch.stack([stats[key].float() for key in keys])
-        except RuntimeError as error:
-            # Eager steps compute the same thing, only slower: say so and go on.
-            log.warning("the update's minibatch step could not be captured as a CUDA "
-                        "graph (%s); steps run kernel by kernel", error)  # fmt: skip
-            self.failed = True
-            return None
+            graph = capture_stats(
+                lambda: algorithm._minibatch_step(inputs), "the update's minibatch step",
+                self.pool,
+            )  # fmt: skip
         finally:
             algorithm.optimizer_steps = steps_taken
-        self.pool = graph.pool()
-        return _Step(tables, inputs, keys, packed, graph)
+        if graph is None:
+            self.failed = True
+            return None
+        self.pool = graph.graph.pool()
+        return _Step(tables, inputs, graph)
