@@ -63,7 +63,9 @@ def test_a_run_launched_over_the_api_succeeds(live):
     # No web server in this stack: the trainer's report waited in its spool, and the
     # reconciliation took it in before reading Ray's status.
     assert run.exit_reason == "the trainer finished" and "rollout/success_rate" in run.summary
-    assert not (artifacts.run_artifact_dir(run.pk) / "link-spool" / "attempt-1.jsonl").exists()
+    # Removed once taken in: just after the report that moved the run's state is stored.
+    spool = artifacts.run_artifact_dir(run.pk) / "link-spool" / "attempt-1.jsonl"
+    wait_until(lambda: not spool.exists(), 10, "the ingested spool to be removed")
     kinds = list(run.events.values_list("kind", flat=True))
     assert kinds[:3] == ["launched", "state", "submitted"]
     assert len(jobs_for(run)) == 1
