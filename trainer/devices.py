@@ -146,3 +146,14 @@ def device_metrics(device: torch.device) -> dict[str, float]:
     except (ModuleNotFoundError, RuntimeError):  # no NVML bindings, or NVML refused
         pass
     return metrics
+
+
+def per_process_metrics(processes: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Several processes' `device_metrics`, each under its process's name
+    (``device/actor-1/memory_allocated_gb``): what a run of several computing processes
+    charts, one line per process."""
+    return {
+        f"device/{process}/{key.removeprefix('device/')}": value
+        for process, metrics in processes.items()
+        for key, value in metrics.items()
+    }

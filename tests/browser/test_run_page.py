@@ -296,7 +296,8 @@ def test_a_finished_run_renders_its_stored_charts(page):
     throughput = drawn(page, "throughput")
     assert throughput["env steps/s"]["x"] == steps_up_to(12)
     # computed on the CPU: no GPU memory reported, no empty chart for it
-    expect(page.locator('figure[data-chart="device"]')).to_be_hidden()
+    for chart in ("device", "device_allocated", "device_utilization"):
+        expect(page.locator(f'figure[data-chart="{chart}"]')).to_be_hidden()
     assert throughput["iteration s"]["y"] == [0.5] * 12
     summary = page.locator("#run-summary")
     expect(summary.locator('[data-field="state"]')).to_have_text("succeeded")
@@ -381,3 +382,53 @@ def test_an_rlpd_run_charts_q_values_temperature_interventions_and_buffers(page)
     assert gpu["allocated GiB"]["y"] == [1.5, 2.0, 2.5, 3.0]
     assert gpu["peak GiB"]["y"][-1] == 4.0 and gpu["utilisation %"]["y"][-1] == 40.0
     link.close(timeout=30)
+
+
+def placed_devices(step: int) -> dict[str, float]:
+    """Two actor ranks on GPUs, each with a rollout worker on a GPU, as rank 0 reports
+    them (trainer/runner/on_policy_runner.py, gather_device_metrics); NVML only on the
+    ranks' node."""
+    values = {}
+    for process, base in (
+        ("actor-0", 10.0),
+        ("actor-1", 20.0),
+        ("rollout-0", 1.0),
+        ("rollout-1", 2.0),
+    ):
+        values[f"device/{process}/memory_allocated_gb"] = base + step
+        values[f"device/{process}/memory_reserved_gb"] = 2 * base
+        values[f"device/{process}/memory_peak_gb"] = base + 2 * step
+        if process.startswith("actor"):
+            values[f"device/{process}/utilization"] = base + 5 * step
+    return values
+
+
+def test_a_placed_run_charts_each_processs_gpu_memory_and_utilisation(page):
+    run = make_run("placed-gpus")
+    feeder = Feeder(page.web.url, run)
+    for _ in range(3):
+        feeder.step += 1
+        feeder.link.metrics(feeder.step, iteration(feeder.step) | placed_devices(feeder.step))
+    feeder.settled()
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    expect(page.locator("[ws-connect] .live-dot.on")).to_be_visible(timeout=15_000)
+    processes = ["actor-0", "actor-1", "rollout-0", "rollout-1"]
+    allocated = wait_drawn(
+        page, "device_allocated", lambda d: sorted(d) == processes, "a line per process"
+    )
+    assert allocated["actor-1"]["y"] == [21.0, 22.0, 23.0]
+    assert allocated["rollout-0"]["y"] == [2.0, 3.0, 4.0]
+    assert drawn(page, "device_reserved")["rollout-1"]["y"] == [4.0] * 3
+    assert drawn(page, "device_peak")["actor-0"]["y"] == [12.0, 14.0, 16.0]
+    utilisation = drawn(page, "device_utilization")
+    assert sorted(utilisation) == ["actor-0", "actor-1"]  # the workers reported none
+    assert utilisation["actor-0"]["y"] == [15.0, 20.0, 25.0]
+    expect(page.locator('figure[data-chart="device_allocated"]')).to_be_visible()
+    expect(page.locator('figure[data-chart="device"]')).to_be_hidden()  # no process alone
+    feeder.step += 1  # live
+    feeder.link.metrics(feeder.step, iteration(feeder.step) | placed_devices(feeder.step))
+    wait_drawn(page, "device_allocated", lambda d: d["actor-1"]["y"][-1:] == [24.0], "a live point")
+    page.locator('figure[data-chart="device_allocated"]').screenshot(
+        path=str(page.web.log_dir / "placed_gpus.png")
+    )
+    feeder.finish()

@@ -90,6 +90,10 @@ class Decider(Protocol):
 
     def act(self, obs: torch.Tensor) -> ChunkDraw: ...
 
+    def device_metrics(self) -> dict[str, float]:
+        """The deciding process's `trainer.devices.device_metrics`."""
+        ...
+
 
 def decide(
     policy: GaussianChunkPolicy, cache: PlanCache, obs: torch.Tensor, chunk: int

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from trainer.cluster import ProcessPlacement
 from trainer.config.errors import ConfigError
 
+ACTOR = "actor"
 ENV = "env"
 ROLLOUT = "rollout"  # trainer.runtime.rollout_workers: one per actor rank
 

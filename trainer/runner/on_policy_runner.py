@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from trainer.algorithms.metrics import (
     rates_from_counts,
     sum_counts,
 )
+from trainer.algorithms.on_policy import Decider
+from trainer.config.env_shards import ACTOR, ROLLOUT
 from trainer.config.schema import ExperimentConfig
 from trainer.data.rollout_storage import Trajectories, empty_training_samples
 from trainer.data.samplers import (
@@ -33,7 +36,12 @@ from trainer.data.samplers import (
     round_init_state_indices,
     shard_tasks,
 )
-from trainer.devices import device_metrics, gpu_rng_state, load_gpu_rng_state
+from trainer.devices import (
+    device_metrics,
+    gpu_rng_state,
+    load_gpu_rng_state,
+    per_process_metrics,
+)
 from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 from trainer.link.environment import Link
 from trainer.models.plan_cache import assign_horizons
@@ -185,7 +193,8 @@ class OnPolicyRunner(TrainingLoop):
                 r for rates in self.collective.gather_objects(mine) for r in rates
             ]
         metrics.update(rates_from_counts(counts, interventions=has_operator))
-        metrics.update(device_metrics(self.algorithm.device))
+        algorithm = self.algorithm
+        metrics.update(gather_device_metrics(self.collective, algorithm.device, algorithm.decider))
         metrics.update(
             {
                 "rollout/task_id": float(task_id if task_id is not None else -1),
@@ -253,6 +262,25 @@ class OnPolicyRunner(TrainingLoop):
 
     def summary(self, metrics: dict[str, float]) -> str:
         return _summary(metrics)
+
+
+def gather_device_metrics(
+    collective: Collective,
+    device: torch.device,
+    decider: Decider | None,
+    probe: Callable[[torch.device], dict[str, float]] = device_metrics,
+) -> dict[str, float]:
+    """This iteration's device memory and utilisation (`probe`): the process's own when
+    it is the run's only computing one; else every actor rank's and rollout worker's,
+    each under its process's name (rank 0 reports them; every rank calls this)."""
+    mine = probe(device)
+    if collective.world_size == 1 and decider is None:
+        return mine
+    processes = {f"{ACTOR}-{collective.rank}": mine}
+    if decider is not None:
+        processes[f"{ROLLOUT}-{collective.rank}"] = decider.device_metrics()
+    gathered = collective.gather_objects(processes)
+    return per_process_metrics({name: m for part in gathered for name, m in part.items()})
 
 
 def _summary(metrics: dict[str, float]) -> str:

@@ -35,7 +35,7 @@ from queue import Empty
 from typing import Any
 
 from trainer.cluster import Plan, cluster_from_dict, resolve_placement
-from trainer.config.env_shards import ENV, ROLLOUT, EnvShard, assign_env_shards
+from trainer.config.env_shards import ACTOR, ENV, ROLLOUT, EnvShard, assign_env_shards
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
 from trainer.devices import describe_device, visible_gpus
@@ -47,7 +47,6 @@ from trainer.whereabouts import ProcessReport
 
 log = logging.getLogger(__name__)
 
-ACTOR = "actor"
 JOIN_TIMEOUT_S = 120.0  # ranks meeting at the rendezvous
 POLL_S = 0.2
 

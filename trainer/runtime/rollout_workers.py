@@ -87,6 +87,11 @@ class RolloutWorker:
         # On the CPU both ways: the rank may compute elsewhere, or on no GPU.
         return decide(self.policy, self.cache, obs.to(self.device), chunk).to(torch.device("cpu"))
 
+    def device_metrics(self) -> dict[str, float]:
+        from trainer.devices import device_metrics
+
+        return device_metrics(self.device)
+
 
 class RemoteDecider:
     """The rank's side: its decisions made by its placed rollout worker."""
@@ -108,6 +113,9 @@ class RemoteDecider:
 
     def act(self, obs: torch.Tensor) -> ChunkDraw:
         return self._answer(self.handle.act.remote(obs.cpu()), "deciding")
+
+    def device_metrics(self) -> dict[str, float]:
+        return self._answer(self.handle.device_metrics.remote(), "reporting its device")
 
     def _answer(self, ref: Any, doing: str) -> Any:
         where = (

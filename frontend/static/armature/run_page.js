@@ -88,14 +88,41 @@
     { name: "throughput", title: "Throughput", linesFor: () => [
       line("charts/SPS", "env steps/s", 5), line("charts/update_rate", "updates/s", 8, { scale: "value" })] },
   ];
-  // A run on a GPU reports its memory each iteration (trainer/devices.py); the chart
-  // stays hidden for runs that compute on the CPU, which report none.
+  // A run on a GPU reports its memory each iteration (trainer/devices.py); the charts
+  // stay hidden for runs that compute on the CPU, which report none. A run of one
+  // computing process reports plain `device/...` keys; a run of several reports each
+  // process's under its name (`device/actor-1/...`, `device/rollout-0/...`), charted one
+  // line per process, a process keeping its colour across the charts.
   const GPU_MEMORY = "device/memory_allocated_gb";
-  const DEVICE = { name: "device", title: "GPU memory (GiB) and utilisation", linesFor: () => [
-    line(GPU_MEMORY, "allocated GiB", 0), line("device/memory_reserved_gb", "reserved GiB", 1),
-    line("device/memory_peak_gb", "peak GiB", 3),
-    ...(store.keys.has("device/utilization")
-      ? [line("device/utilization", "utilisation %", 6, { scale: "value" })] : [])] };
+  const DEVICE = { name: "device", title: "GPU memory (GiB) and utilisation",
+    shown: () => store.keys.has(GPU_MEMORY), linesFor: () => [
+      line(GPU_MEMORY, "allocated GiB", 0), line("device/memory_reserved_gb", "reserved GiB", 1),
+      line("device/memory_peak_gb", "peak GiB", 3),
+      ...(store.keys.has("device/utilization")
+        ? [line("device/utilization", "utilisation %", 6, { scale: "value" })] : [])] };
+  const PROCESS_DEVICE_KEY = /^device\/([^/]+)\/memory_allocated_gb$/;
+  const processOrder = (name) => [name.replace(/-\d+$/, ""), Number(name.split("-").pop())];
+  function deviceProcesses() {
+    const names = [];
+    for (const key of store.keys.keys()) {
+      const m = PROCESS_DEVICE_KEY.exec(key);
+      if (m) names.push(m[1]);
+    }
+    return names.sort((a, b) => {
+      const [kindA, rankA] = processOrder(a), [kindB, rankB] = processOrder(b);
+      return kindA === kindB ? rankA - rankB : kindA.localeCompare(kindB);
+    });
+  }
+  const perProcess = (name, title, metric, extra = {}) => ({ name, title, ...extra,
+    shown: () => deviceProcesses().some((p) => store.keys.has(`device/${p}/${metric}`)),
+    linesFor: () => deviceProcesses().map((p, i) => line(`device/${p}/${metric}`, p, i))
+      .filter((l) => store.keys.has(l.key)) });
+  const PROCESS_DEVICE = [
+    perProcess("device_allocated", "GPU memory allocated per process (GiB)", "memory_allocated_gb"),
+    perProcess("device_reserved", "GPU memory reserved per process (GiB)", "memory_reserved_gb"),
+    perProcess("device_peak", "GPU memory peak per process (GiB)", "memory_peak_gb"),
+    perProcess("device_utilization", "GPU utilisation per process (%)", "utilization"),
+  ];
   // With an operator, each finished episode's share of steps a human took, over the
   // run's episodes (stored at the episode's number, not an iteration: a store and an
   // x axis of its own, and its own catching up).
@@ -106,7 +133,8 @@
     yRange: [0, 1], linesFor: () => [{ store: episodes, key: EPISODE_RATE,
       label: "human share of the episode", color: PALETTE[7], dash: [] }] };
   const episodeView = { xMode: "episode", get smoothing() { return view.smoothing; } };
-  const specs = [...(OFF_POLICY ? OFF_POLICY_SPECS : SPECS), ...(episodes ? [EPISODES] : []), DEVICE];
+  const specs = [...(OFF_POLICY ? OFF_POLICY_SPECS : SPECS), ...(episodes ? [EPISODES] : []),
+    DEVICE, ...PROCESS_DEVICE];
   const charts = specs.map((spec) => {
     const box = ArmatureCharts.chartFigure(spec);
     document.getElementById("run-charts").appendChild(box);
@@ -117,7 +145,7 @@
   });
   const redraw = throttled(() => {
     for (const chart of charts) {
-      const shown = chart.spec !== DEVICE || store.keys.has(GPU_MEMORY);
+      const shown = !chart.spec.shown || chart.spec.shown();
       const appears = shown && chart.box.hidden;
       chart.box.hidden = !shown;
       chart.render();
