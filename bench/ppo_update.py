@@ -100,21 +100,22 @@ def ours_batch(algorithm: PPO, data: dict[str, torch.Tensor]) -> Trajectories:
         for t in range(steps):
             obs = data["obs"][t]
             plan, step_log_probs = algorithm.policy.sample_plan(obs, ones)
+            zeros = torch.zeros(envs)
             storage.add(
-                Transition(
-                    obs=obs,
-                    actions=plan,
-                    chunk_offset=torch.zeros(envs, dtype=torch.long),
-                    log_prob=step_log_probs[:, 0],
+                Transition.of(
+                    obs,
+                    plan,
+                    torch.zeros(envs, dtype=torch.long),
+                    step_log_probs[:, 0],
                     reward=data["reward"][t],
                     env_reward=data["reward"][t],
                     done=data["done"][t],
-                    timeout=torch.zeros(envs, dtype=torch.bool),
-                    success=torch.zeros(envs, dtype=torch.bool),
+                    timeout=zeros,
+                    success=zeros,
                     executed_actions=ones,
-                    intervened=torch.zeros(envs, dtype=torch.bool),
-                    held=torch.zeros(envs, dtype=torch.bool),
-                )
+                    intervened=zeros,
+                    held=zeros,
+                )  # fmt: skip
             )
     return algorithm.attach_values(storage.finish(0, torch.arange(envs), torch.arange(envs), ones))
 

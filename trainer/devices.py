@@ -83,28 +83,44 @@ def autocast(
 
 
 class HostToDevice:
-    """Copies CPU tensors to `device` through pinned staging buffers, one per name, so
-    the copy runs asynchronously (``non_blocking``) without pinning a fresh buffer per
-    step. A buffer is reused by the next call of its name: by then the previous copy has
-    finished, because the caller waited for the step's actions to come back from the
-    device (a synchronous copy) in between."""
+    """Copies CPU tensors to `device` through pinned staging buffers, one per name (and
+    shape), so the copy runs asynchronously (``non_blocking``) without pinning a fresh
+    buffer per step. A buffer is reused by the next call of its name: by then the
+    previous copy has finished, because the caller waited for the step's actions to
+    come back from the device (a synchronous copy) in between."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._pinned = device.type == "cuda"
-        self._staging: dict[str, torch.Tensor] = {}
+        self._staging: dict[tuple, torch.Tensor] = {}
 
     def __call__(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         if tensor.device == self.device:
             return tensor
         if not self._pinned or tensor.device.type != "cpu":
             return tensor.to(self.device)
-        staging = self._staging.get(name)
-        if staging is None or staging.shape != tensor.shape or staging.dtype != tensor.dtype:
-            staging = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
-            self._staging[name] = staging
+        staging = self._buffer(name, tensor.shape, tensor.dtype)
         staging.copy_(tensor)
         return staging.to(self.device, non_blocking=True)
+
+    def stack(self, name: str, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """CPU tensors of one shape (any dtypes) as the rows of one float32 tensor on the
+        device: stacked straight into the staging buffer, then one copy."""
+        if not self._pinned:
+            return torch.stack(rows).to(self.device, torch.float32)
+        staging = self._buffer(name, (len(rows), *rows[0].shape), torch.float32)
+        torch.stack(rows, out=staging)
+        return staging.to(self.device, non_blocking=True)
+
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        # By shape too: a pipelined round's stages of different sizes alternate, and
+        # pinning a buffer anew costs more than the copy.
+        key = (name, tuple(shape), dtype)
+        staging = self._staging.get(key)
+        if staging is None:
+            staging = torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
+            self._staging[key] = staging
+        return staging
 
 
 def gpu_rng_state(device: torch.device) -> dict[str, Any]:

@@ -268,7 +268,8 @@ class OnPolicyAlgorithm(ABC):
         assert self._pending is not None and self.storage is not None and self.plan_cache
         obs, draw = self._pending
         # The step arrives from the CPU envs: its flags are read there (no sync with
-        # the device), and its per-copy numbers cross in one copy.
+        # the device), and its per-copy numbers cross in one copy, in `PER_COPY` order.
+        done = step.done
         timeouts = step.truncated & ~step.terminated
         reward = env_reward = step.reward.float()
         if self.critic is not None and self.settings.bootstrap_timeouts:
@@ -280,36 +281,15 @@ class OnPolicyAlgorithm(ABC):
                 self._values_on_cpu,
                 self.settings.gamma,
             )
-        columns = (
-            reward,
-            env_reward,
-            step.done,
-            timeouts,
-            step.success,
-            step.executed_actions,
-            _flags(step.intervened, step.done),
-            _flags(step.held, step.done),
-        )
-        packed = self.to_device("step", torch.stack([c.float() for c in columns]))
-        reward, env_reward, done, timeouts, success, executed, intervened, held = packed
-        self.storage.add(
-            Transition(
-                obs=obs,
-                actions=draw.actions,
-                chunk_offset=draw.offsets,
-                log_prob=draw.log_prob,
-                reward=reward,
-                env_reward=env_reward,
-                # Flags as the floats they crossed in: the storage gives them their
-                # types once per round, not once per step.
-                done=done,
-                timeout=timeouts,
-                success=success,
-                executed_actions=executed,
-                intervened=intervened,
-                held=held,
-            )
-        )
+        intervened, held = step.intervened, step.held
+        if intervened is None or held is None:  # an env without an operator or safety rules
+            none = torch.zeros_like(done)
+            intervened = none if intervened is None else intervened
+            held = none if held is None else held
+        columns = (reward, env_reward, step.executed_actions, done, timeouts, step.success,
+                   intervened, held)  # fmt: skip
+        per_copy = self.to_device.stack("per_copy", columns)
+        self.storage.add(Transition(obs, draw.actions, draw.offsets, draw.log_prob, per_copy))
         self._pending = None
 
     def _values_on_cpu(self, obs: torch.Tensor) -> torch.Tensor:
@@ -593,8 +573,3 @@ class OnPolicyAlgorithm(ABC):
         if self.critic is not None:
             models["critic"] = self.critic
         return models
-
-
-def _flags(flags: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """A step's per-copy flags, all false for an env without an action source."""
-    return flags if flags is not None else torch.zeros_like(like)

@@ -62,12 +62,23 @@ TRAINING_KEYS = (
 )
 
 
-# The per-copy flags and counts of a step, which may arrive as floats (in one copy with
-# the rewards), and the types a round's trajectories give them.
-FLAG_TYPES = {
-    "done": torch.bool, "timeout": torch.bool, "success": torch.bool,
-    "executed_actions": torch.long, "intervened": torch.bool, "held": torch.bool,
-}  # fmt: skip
+# A step's per-copy numbers, in the order of a transition's `per_copy` rows: they cross
+# from the CPU envs in one copy, as floats, and take their types once per round. The
+# flags come last, side by side, so that one conversion types them all.
+PER_COPY = (
+    "reward",  # env reward plus the time-out bootstrap
+    "env_reward",
+    "executed_actions",
+    "done",
+    "timeout",
+    "success",
+    # An operator's input chose the env's action (`intervened`), or a safety rule held
+    # the copy still with a zero action (`held`): either way the policy's own draw was
+    # not executed, so the row stays out of the policy-gradient loss (`policy_weight`).
+    "intervened",
+    "held",
+)
+FIRST_FLAG = PER_COPY.index("done")
 
 
 @dataclass
@@ -83,17 +94,24 @@ class Transition:
     actions: torch.Tensor
     chunk_offset: torch.Tensor
     log_prob: torch.Tensor
-    reward: torch.Tensor  # env reward plus the time-out bootstrap
-    env_reward: torch.Tensor
-    done: torch.Tensor
-    timeout: torch.Tensor
-    success: torch.Tensor
-    executed_actions: torch.Tensor
-    # An operator's input chose the env's action (`intervened`), or a safety rule held
-    # the copy still with a zero action (`held`): either way the policy's own draw was
-    # not executed, so the row stays out of the policy-gradient loss (`policy_weight`).
-    intervened: torch.Tensor
-    held: torch.Tensor
+    per_copy: torch.Tensor  # [len(PER_COPY), B] float: the step's numbers, one row each
+
+    @classmethod
+    def of(
+        cls,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        chunk_offset: torch.Tensor,
+        log_prob: torch.Tensor,
+        **per_copy: torch.Tensor,
+    ) -> Transition:
+        """A transition from each of the step's numbers by its name in `PER_COPY`."""
+        rows = torch.stack([per_copy[name].to(obs.device, torch.float32) for name in PER_COPY])
+        return cls(obs, actions, chunk_offset, log_prob, rows)
+
+    def number(self, name: str) -> torch.Tensor:
+        """The step's per-copy `name` (one of `PER_COPY`) [B], as the float it crossed in."""
+        return self.per_copy[PER_COPY.index(name)]
 
 
 @dataclass
@@ -253,56 +271,57 @@ class RolloutStorage:
         values are left at 0 for the algorithm's critic (``attach_values``)."""
         if not self._rows:
             raise RuntimeError("no steps were stored")
+        # On a GPU each op is a kernel launch from Python, which costs more than a
+        # round's worth of its arithmetic: the per-copy numbers are stacked, masked and
+        # typed together, not field by field.
         stacked = {
-            name.name: torch.stack([getattr(row, name.name) for row in self._rows])
-            for name in fields(Transition)
+            name: torch.stack([getattr(row, name) for row in self._rows])
+            for name in ("obs", "actions", "chunk_offset", "log_prob", "per_copy")
         }
-        for name, dtype in FLAG_TYPES.items():  # a no-op where a step gave them typed
-            stacked[name] = stacked[name].to(dtype)
         padding = self.num_steps - self.step
         if padding:
             for name, value in stacked.items():
                 pad = value.new_zeros(padding, *value.shape[1:])
-                if name == "done":
-                    pad = torch.ones_like(pad)
+                if name == "per_copy":
+                    pad[:, FIRST_FLAG] = 1.0  # done
                 stacked[name] = torch.cat([value, pad])
-        device = self.device
-        steps = torch.arange(self.num_steps, device=device).unsqueeze(1)
-        plan_step = (steps - stacked["chunk_offset"] // self.chunk).clamp(min=0)
-        # Rows of the flattened [T * B] observations: row selection copies whole
-        # observations, several times faster on the CPU than a gather over T.
+        per_copy = stacked.pop("per_copy")  # [T, len(PER_COPY), B]
+        done = per_copy[:, FIRST_FLAG]
+        valid = done.cumsum(0) == done  # no episode ended before the row
+        # Rows after the episode are dead: no reward, no value, no flag but done, so
+        # that discounting never crosses into them.
+        per_copy = per_copy * valid.unsqueeze(1)
+        flags = per_copy[:, FIRST_FLAG:].bool().unbind(1)
+        numbers = dict(zip(PER_COPY[:FIRST_FLAG], per_copy.unbind(1), strict=False))
+        numbers |= dict(zip(PER_COPY[FIRST_FLAG:], flags, strict=True))
+        numbers["executed_actions"] = numbers["executed_actions"].long()
+        numbers["done"] = numbers["done"] | ~valid
+        device, batch = self.device, self.num_envs
+        # A plan is made at the step where its offset is 0: the plan's observation is
+        # `offset / chunk` steps back, a row of the flattened [T * B] observations (row
+        # selection copies whole observations, several times faster on the CPU than a
+        # gather over T).
         obs = stacked["obs"]
-        rows = (plan_step * self.num_envs + torch.arange(self.num_envs, device=device)).view(-1)
-        plan_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows)
-        stacked["plan_obs"] = plan_obs.view(obs.shape)
-        stacked["plan_horizon"] = horizon.long().expand(self.num_steps, -1).clone()
-        done = stacked["done"]
-        ended_before = torch.cumsum(done.long(), dim=0) - done.long()
-        valid = ended_before == 0
-        # Rows after the episode are dead: no reward, no value, flagged done so that
-        # discounting never crosses into them.
-        for name in ("reward", "env_reward"):
-            stacked[name] = stacked[name] * valid
-        stacked["done"] = done | ~valid
-        stacked["success"] = stacked["success"] & valid
-        stacked["timeout"] = stacked["timeout"] & valid
-        stacked["executed_actions"] = stacked["executed_actions"] * valid
-        stacked["intervened"] = stacked["intervened"] & valid
-        stacked["held"] = stacked["held"] & valid
-        batch = self.num_envs
+        rows = torch.arange(self.num_steps * batch, device=device).view(self.num_steps, batch)
+        rows = rows - stacked["chunk_offset"] // self.chunk * batch
+        plan_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows.view(-1)).view(obs.shape)
+        zeros = torch.zeros(3, self.num_steps, batch, device=device).unbind(0)
         return Trajectories(
             **stacked,
+            **numbers,
+            plan_obs=plan_obs,
+            plan_horizon=horizon.long().expand(self.num_steps, -1).clone(),
             valid=valid,
-            value=torch.zeros(self.num_steps, batch, device=device),
-            advantage=torch.zeros(self.num_steps, batch, device=device),
-            returns=torch.zeros(self.num_steps, batch, device=device),
+            value=zeros[0],
+            advantage=zeros[1],
+            returns=zeros[2],
             task_id=torch.full((batch,), task_id, dtype=torch.long, device=device),
             init_state_index=init_state_index.long(),
             group_index=group_index.long(),
             horizon=horizon.long(),
-            episode_success=stacked["success"].any(0),
-            episode_return=stacked["env_reward"].sum(0),
-            episode_length=stacked["executed_actions"].sum(0),
+            episode_success=numbers["success"].any(0),
+            episode_return=numbers["env_reward"].sum(0),
+            episode_length=numbers["executed_actions"].sum(0),
             loss_mask=torch.ones(batch, device=device),
         )
 

@@ -11,8 +11,9 @@ Offsets advance by one chunk per decision from 0 at the start of a round, so slo
 schedule depends only on the horizons. It is worked out once per decision phase
 (``t`` modulo the horizons' common period) and reused for every later round with
 the same horizons, so a decision costs two copies and two row selections, whatever
-the horizons. A slot whose episode ended keeps its schedule: its rows are invalid from
-then on (see ``RolloutStorage.finish``), so what it plans is never trained on.
+the horizons (none where every horizon is the chunk: the plans are the chunks). A
+slot whose episode ended keeps its schedule: its rows are invalid from then on (see
+``RolloutStorage.finish``), so what it plans is never trained on.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class PlanCache:
         """A new round: every slot plans before its first chunk."""
         self.decision = 0
         self._stored_at = -1
+        self._whole: tuple[torch.Tensor, torch.Tensor] | None = None  # see `store`
 
     def replan_slots(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The slots that need a new plan before this decision, their horizons, and
@@ -129,6 +131,13 @@ class PlanCache:
             raise ValueError(
                 f"plans of {steps} steps: use a multiple of {self.chunk} up to {self.max_horizon}"
             )
+        self._stored_at = self.decision
+        if steps == self.chunk and which.shape[0] == self.batch_size:
+            # Every slot's plan is one chunk, all made now (every horizon is the chunk):
+            # the plans are this decision's chunks as they are, with nothing to copy in
+            # or select out (on a GPU, four kernel launches a decision saved).
+            self._whole = (plans, chunk_log_probs)
+            return
         if self.plans is None or self.plans.shape[2] != plans.shape[2]:
             batch = self.batch_size
             self.plans = plans.new_zeros(batch, self.max_horizon, plans.shape[2])
@@ -136,13 +145,17 @@ class PlanCache:
         assert self.chunk_log_probs is not None
         self.plans[:, :steps].index_copy_(0, which, plans)
         self.chunk_log_probs[:, : steps // self.chunk].index_copy_(0, which, chunk_log_probs)
-        self._stored_at = self.decision
 
     def next_chunk(self) -> ChunkDraw:
         """Slice every slot's chunk at its offset and move to the next decision."""
         phase = self._phase()
         if self._stored_at != self.decision and phase.replan.numel():
             raise RuntimeError("some slots need a new plan before the next chunk")
+        if self._whole is not None:
+            plans, chunk_log_probs = self._whole
+            self._whole = None
+            self.decision += 1
+            return ChunkDraw(plans, chunk_log_probs.view(-1), phase.offsets, self.horizons)
         assert self.plans is not None and self.chunk_log_probs is not None
         batch, _, action_dim = self.plans.shape
         chunks = self.plans.view(batch * self.chunks_per_plan, self.chunk * action_dim)

@@ -67,10 +67,10 @@ def test_a_time_out_differs_from_the_rsl_rl_bootstrap_when_the_last_action_moved
     ours = GAMMA * step.final_observation[:, :3].sum(1)
     theirs = rsl_rl_bootstrap(torch.zeros(2), torch.ones(2), obs[:, :3].sum(1), GAMMA)
     from_reset_obs = GAMMA * step.obs[:, :3].sum(1)
-    assert stored.reward.tolist() == pytest.approx(ours.tolist())
-    assert stored.env_reward.tolist() == [0.0, 0.0]
-    assert (stored.reward - theirs).abs().min() > 0.5
-    assert (stored.reward - from_reset_obs).abs().min() > 0.5
+    assert stored.number("reward").tolist() == pytest.approx(ours.tolist())
+    assert stored.number("env_reward").tolist() == [0.0, 0.0]
+    assert (stored.number("reward") - theirs).abs().min() > 0.5
+    assert (stored.number("reward") - from_reset_obs).abs().min() > 0.5
 
 
 def test_both_bootstraps_agree_when_the_final_state_is_the_state_before_the_last_action():
@@ -82,7 +82,7 @@ def test_both_bootstraps_agree_when_the_final_state_is_the_state_before_the_last
     algorithm.process_env_step(step)
     stored = algorithm.storage._rows[0]
     theirs = rsl_rl_bootstrap(torch.zeros(2), torch.ones(2), obs[:, :3].sum(1), GAMMA)
-    assert stored.reward.tolist() == pytest.approx(theirs.tolist())
+    assert stored.number("reward").tolist() == pytest.approx(theirs.tolist())
 
 
 def test_success_is_terminal_and_never_bootstrapped():
@@ -99,8 +99,8 @@ def test_success_is_terminal_and_never_bootstrapped():
         final_observation=torch.ones(1, 19),
     )
     algorithm.process_env_step(step)
-    assert algorithm.storage._rows[0].reward.tolist() == [1.0]
-    assert algorithm.storage._rows[0].timeout.tolist() == [False]
+    assert algorithm.storage._rows[0].number("reward").tolist() == [1.0]
+    assert algorithm.storage._rows[0].number("timeout").tolist() == [0.0]
 
 
 def _two_steps(env, algorithm):

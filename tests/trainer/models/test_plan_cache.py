@@ -64,6 +64,25 @@ def test_the_executed_chunk_is_the_plan_sliced_at_the_offset():
     assert chunks[2].horizons.tolist() == [15]
 
 
+def test_plans_of_one_chunk_each_are_the_chunks_themselves():
+    """Every horizon the chunk: each decision's plans are what the slots execute, handed
+    over as they are (no copy into the cache, no selection out of it)."""
+    cache = PlanCache(torch.tensor([5, 5, 5]), 5, 15)
+    for decision in range(3):
+        which, which_horizons, plan_steps = cache.replan_slots()
+        assert which.tolist() == [0, 1, 2] and plan_steps == 5
+        plans = torch.full((3, 5, 2), float(decision))
+        chunk_log_probs = torch.tensor([[1.0], [2.0], [3.0]]) * decision
+        cache.store(which, plans, chunk_log_probs)
+        draw = cache.next_chunk()
+        assert draw.actions is plans
+        assert draw.log_prob.tolist() == [decision, 2.0 * decision, 3.0 * decision]
+        assert draw.offsets.tolist() == [0, 0, 0]
+    assert cache.plans is None  # nothing was ever copied in
+    with pytest.raises(RuntimeError, match="need a new plan"):
+        cache.next_chunk()
+
+
 def test_a_new_round_restarts_every_slot_and_keeps_the_schedule():
     cache, made, replan = _cache_with_counting_plans([5, 10, 15])
     for _ in range(4):
@@ -127,8 +146,9 @@ def _policy(kind, obs_shape, action_dim=8):
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}
 
 
+@pytest.mark.parametrize("pattern", [[5, 10, 15], [5]])  # [5]: every plan one chunk
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_training_recomputes_exactly_the_rollout_log_probs(precision):
+def test_training_recomputes_exactly_the_rollout_log_probs(precision, pattern):
     """Through the real rollout path: the plan cache, the storage (which finds each
     row's plan observation from its offset) and the algorithm's round."""
     torch.manual_seed(0)
@@ -136,11 +156,11 @@ def test_training_recomputes_exactly_the_rollout_log_probs(precision):
     policy = _policy("mlp", env.obs_shape)
     assert isinstance(policy, ChunkedPolicy)
     algorithm = PPO(policy, None, OnPolicySettings(), chunk=5, precision=precision)
-    horizons = assign_horizons([5, 10, 15], 6)
+    horizons = assign_horizons(pattern, 6)
     # 40-step episodes of 20 actions: some end early (success), every slot replans
     batch = run_round(env, algorithm, 0, list(range(6)), horizons, num_steps=4)
     valid = batch.valid
-    assert {int(o) for o in batch.chunk_offset[valid]} == {0, 5, 10}
+    assert {int(o) for o in batch.chunk_offset[valid]} == set(range(0, max(pattern), 5))
     with algorithm.autocast():
         log_prob, entropy = policy.chunk_log_prob(
             batch.plan_obs[valid],
