@@ -11,7 +11,9 @@
   floor.
 - ``gpu_rollout``: rounds of the built-in env (CPU) with our policy on the GPU, through
   the rollout loop (plan cache, storage, transfers), against the raw env stepped with
-  the same model calls on the GPU and the same transfers. Target >= 0.9.
+  the same model calls on the GPU and the same transfers. Target >= 0.9. Our decisions
+  replay CUDA graphs (``rollout.cuda_graph``); ``gpu_rollout_eager`` launches them
+  kernel by kernel, as the floor's model calls are.
 - ``gpu_rlpd_updates``: our RLPD learner's update rounds with its default sizes, batches
   drawn from buffers on the GPU, against the matrix products of the same rounds alone
   (batched over the critic ensemble) on the same GPU. Target >= 0.7.
@@ -214,10 +216,11 @@ def floor_ppo(device: torch.device, data: dict[str, torch.Tensor]):
 ROLLOUT_COPIES, ROLLOUT_STEPS = 256, 8  # 40-action episodes in chunks of 5
 
 
-def rollout_pair(device: torch.device):
+def rollout_pair(device: torch.device, cuda_graph: bool = True):
     env = BuiltinReachEnv(num_envs=ROLLOUT_COPIES, max_episode_steps=40)
     policy = GaussianChunkPolicy(MLPEncoder(env.obs_shape[0], HIDDEN, "elu"), 7, 7, 5)
-    algorithm = PPO(policy, None, OnPolicySettings(), chunk=5, device=device)
+    settings = OnPolicySettings(rollout_cuda_graph=cuda_graph)
+    algorithm = PPO(policy, None, settings, chunk=5, device=device)
     horizons = assign_horizons([5], ROLLOUT_COPIES)
     count = env.init_states(0).shape[0]
     states = [copy % count for copy in range(ROLLOUT_COPIES)]
@@ -226,6 +229,7 @@ def rollout_pair(device: torch.device):
     def ours() -> None:
         run_round(env, algorithm, 0, states, horizons, ROLLOUT_STEPS)
 
+    ours.algorithm = algorithm  # type: ignore[attr-defined]  (what graphs it captured)
     device_horizons = horizons.to(device)
 
     def floor() -> None:
@@ -236,6 +240,13 @@ def rollout_pair(device: torch.device):
             obs = step.obs
 
     return ours, floor
+
+
+def decisions_captured(run: Callable[[], object]) -> str:
+    graphs = run.algorithm.decision_graphs  # type: ignore[attr-defined]
+    if graphs is None:
+        return "none (eager)"
+    return f"{graphs.graphs} phases" + (" (a capture failed: eager)" if graphs.failed else "")
 
 
 # ----- RLPD -------------------------------------------------------------------------------
@@ -331,8 +342,12 @@ def main() -> int:
     eager = our_ppo(device, data, "fp32", cuda_graph=False)
     ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
     result("gpu_ppo_update_eager", ours_s, floor_s, name, "(cuda_graph=false)")
-    ours_s, floor_s = median_pair(*rollout_pair(device), device, args.repeats)
+    ours, floor = rollout_pair(device)
+    ours_s, floor_s = median_pair(ours, floor, device, args.repeats)
     result("gpu_rollout", ours_s, floor_s, name, ">= 0.9")
+    print(f"gpu_rollout decision graphs: {decisions_captured(ours)}")
+    ours_s, floor_s = median_pair(*rollout_pair(device, cuda_graph=False), device, args.repeats)
+    result("gpu_rollout_eager", ours_s, floor_s, name, "(rollout.cuda_graph=false)")
     ours_s, floor_s = median_pair(*rlpd_pair(device), device, args.repeats)
     result("gpu_rlpd_updates", ours_s, floor_s, name, ">= 0.7")
     ours_s, floor_s = median_pair(*rlpd_pair(device, cuda_graph=False), device, args.repeats)

@@ -68,6 +68,8 @@ def test_ppo_learns_on_the_gpu(tmp_path, precision):
     graphs = runner.algorithm.step_graphs
     assert not graphs.failed and graphs.steps  # the rounds' row counts, padded
     assert all(step.graph is not None for step in graphs.steps.values())
+    decisions = runner.algorithm.decision_graphs
+    assert not decisions.failed and decisions.graphs == runner.algorithm.plan_cache.period
     assert [round(h["losses/updates"]) > 0 for h in history] == [True] * 12
     assert 0 < history[-1]["device/memory_allocated_gb"] <= history[-1]["device/memory_peak_gb"]
     first = history[0]["rollout/success_rate"]
@@ -287,6 +289,48 @@ def test_a_graphed_ppo_loads_a_checkpoint_and_captures_again():
             algorithm.update_rows(_ppo_rows(203, seed))
     assert graphed.step_graphs.steps
     _same_models(source, graphed, 1e-4)
+
+
+@pytest.mark.parametrize("pattern", [[5, 10, 15], [5]])  # [5]: every plan one chunk
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_decisions_replayed_from_cuda_graphs_are_recomputed_exactly(precision, pattern):
+    """Each phase of the plan cache's schedule captured once, then replayed: the round's
+    stored rows (their plan observations, offsets, chunks) give back the log-probs the
+    replays drew, and replays draw fresh noise."""
+    from trainer.envs import BuiltinReachEnv
+    from trainer.models import assign_horizons
+    from trainer.runner.collection import run_round
+
+    env = BuiltinReachEnv(num_envs=64, max_episode_steps=40)
+    policy = GaussianChunkPolicy(build_encoder("mlp", env.obs_shape, (64, 64)), 7, 7, 15)
+    algorithm = PPO(policy, None, OnPolicySettings(), chunk=5, device=CUDA, precision=precision)
+    horizons = assign_horizons(pattern, 64)
+    states = [i % env.init_states(0).shape[0] for i in range(64)]
+    matmul = torch.backends.cuda.matmul
+    tf32, matmul.allow_tf32 = matmul.allow_tf32, False  # fp32 means fp32 here
+    try:
+        batches = [run_round(env, algorithm, 0, states, horizons, num_steps=8) for _ in range(4)]
+        recomputed = []
+        for batch in batches[1:]:  # decided by replays
+            valid = batch.valid
+            with algorithm.autocast():
+                log_prob, _ = policy.chunk_log_prob(
+                    batch.plan_obs[valid], batch.plan_horizon[valid], batch.chunk_offset[valid],
+                    batch.actions[valid],
+                )  # fmt: skip
+            recomputed.append((log_prob, batch.log_prob[valid]))
+    finally:
+        matmul.allow_tf32 = tf32
+    graphs = algorithm.decision_graphs
+    assert not graphs.failed and graphs.graphs == algorithm.plan_cache.period
+    tolerance = 1e-4 if precision == "fp32" else 2e-2
+    for log_prob, drawn in recomputed:
+        torch.testing.assert_close(log_prob, drawn, atol=tolerance, rtol=0)
+    assert not torch.equal(batches[2].actions, batches[3].actions)
+    with torch.no_grad():  # the first chunks' noise: N(0, 1) draws
+        mean = policy.plan_mean(batches[3].plan_obs[0], horizons.to(CUDA))[:, :5]
+        noise = (batches[3].actions[0] - mean) / policy.log_std.exp()
+    assert abs(float(noise.mean())) < 0.1 and abs(float(noise.std()) - 1) < 0.1
 
 
 FSDP_ONE_GPU = """

@@ -19,12 +19,13 @@ from torch import nn
 
 from trainer.algorithms.bootstrap import bootstrap_timeouts
 from trainer.algorithms.collective import Collective
+from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.algorithms.gradient_buckets import DEFAULT_CAP_BYTES, GradientBuckets
 from trainer.algorithms.step_graph import GraphedSteps
 from trainer.data.rollout_storage import PackedRows, RolloutStorage, Trajectories, Transition
 from trainer.devices import HostToDevice, autocast
 from trainer.envs.vector_env import EnvStep
-from trainer.models.plan_cache import ChunkDraw, PlanCache
+from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
 from trainer.models.policy import GaussianChunkPolicy
 from trainer.models.trained_state import load_policy_checkpoint, policy_checkpoint
 
@@ -63,6 +64,8 @@ class OnPolicySettings:
     lr_warmup_updates: int = 0
     # On a GPU, replay each minibatch step from a captured CUDA graph (step_graph.py).
     cuda_graph: bool = True
+    # On a GPU, replay each rollout decision from a captured CUDA graph (decision_graph.py).
+    rollout_cuda_graph: bool = True
 
 
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
@@ -95,21 +98,6 @@ class Decider(Protocol):
         ...
 
 
-def decide(
-    policy: GaussianChunkPolicy, cache: PlanCache, obs: torch.Tensor, chunk: int
-) -> ChunkDraw:
-    """One decision: new plans for the slots whose plan is used up, then every slot's
-    next chunk of its plan."""
-    replan, horizons, plan_steps = cache.replan_slots()
-    if replan.numel():
-        plan_obs = obs if replan.numel() == obs.shape[0] else obs.index_select(0, replan)
-        plan, chunk_log_probs = policy.sample_plan(
-            plan_obs, horizons, steps=plan_steps, chunk=chunk
-        )
-        cache.store(replan, plan, chunk_log_probs)
-    return cache.next_chunk()
-
-
 class OnPolicyAlgorithm(ABC):
     name = "on_policy"
     normalizes_advantages = True  # when the settings leave it to the algorithm
@@ -136,14 +124,12 @@ class OnPolicyAlgorithm(ABC):
         # GPU as on the CPU, and only indices cross to the device.
         self.generator = generator
         self.to_device = HostToDevice(self.device)
-        # Graphs only of the built-in policies: a transformers model's forward (the
-        # VLA's) reads data back to choose its path, which a capture cannot hold.
-        graphed = (
-            settings.cuda_graph
-            and self.device.type == "cuda"
-            and isinstance(policy, GaussianChunkPolicy)
-        )
+        can_graph = graphable(policy, self.device)
+        graphed = settings.cuda_graph and can_graph
         self.step_graphs: GraphedSteps | None = GraphedSteps(self) if graphed else None
+        self.decision_graphs: GraphedDecisions | None = (
+            GraphedDecisions(self.device) if settings.rollout_cuda_graph and can_graph else None
+        )
         self.optimizer = self._make_optimizer()
         self.optimizer_steps = 0  # taken so far, for the step size's warmup
         # The other actor ranks this one trains with (none by default); the runner
@@ -239,7 +225,8 @@ class OnPolicyAlgorithm(ABC):
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The forward passes' precision (`precision`)."""
-        return autocast(self.device, self.precision, cache=self.step_graphs is None)
+        graphs = self.step_graphs is not None or self.decision_graphs is not None
+        return autocast(self.device, self.precision, cache=not graphs)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
@@ -257,8 +244,9 @@ class OnPolicyAlgorithm(ABC):
         else:
             obs = self.to_device("obs", obs)
             assert self.plan_cache is not None, "start_round() first"
+            deciding = decide if self.decision_graphs is None else self.decision_graphs.decide
             with self.autocast():
-                draw = decide(self.acting_policy, self.plan_cache, obs, self.chunk)
+                draw = deciding(self.acting_policy, self.plan_cache, obs, self.chunk)
         self._pending = (obs, draw)
         dims = self.acting_policy.env_action_dim
         actions = draw.actions if draw.actions.shape[2] == dims else draw.actions[..., :dims]

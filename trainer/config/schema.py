@@ -363,6 +363,13 @@ class RolloutConfig(Section):
         "one group's actions while the others simulate (needs at least that many placed "
         "env workers per actor rank); 1: every worker steps at once, then the policy runs.",
     )
+    cuda_graph: bool = Field(
+        True,
+        description="ppo/grpo/rloo on a GPU: capture each phase of the plan cache's decision "
+        "schedule (the policy's forward, sampling, the plan cache's copies) once as a CUDA "
+        "graph and replay it, one launch instead of dozens of small kernels a decision; false "
+        "runs decisions kernel by kernel.",
+    )
 
 
 class RewardFilterConfig(Section):

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.models.interface import ChunkedPolicy
+
 
 def assign_horizons(pattern: list[int], batch_size: int) -> torch.Tensor:
     """``pattern`` repeated over the batch: ``[5, 10, 15]`` for 4 slots is ``[5, 10, 15, 5]``."""
@@ -113,6 +115,24 @@ class PlanCache:
         self._stored_at = -1
         self._whole: tuple[torch.Tensor, torch.Tensor] | None = None  # see `store`
 
+    def phase_key(self) -> int:
+        """The phase of the next decision: decisions of one phase replan the same slots
+        to the same length and take the same chunks of their plans."""
+        return self.decision % self.period
+
+    def position(self) -> tuple[int, int]:
+        """Where the walk is, for `go_to`."""
+        return self.decision, self._stored_at
+
+    def go_to(self, position: tuple[int, int]) -> None:
+        self.decision, self._stored_at = position
+        self._whole = None
+
+    def advance(self) -> None:
+        """The walk's step over a decision whose `store` and `next_chunk` ran on the
+        device without their Python (a replayed CUDA graph of them)."""
+        self.go_to((self.decision + 1, self.decision))
+
     def replan_slots(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The slots that need a new plan before this decision, their horizons, and
         how many steps their plans need (the longest of those horizons)."""
@@ -169,7 +189,7 @@ class PlanCache:
         return draw
 
     def _phase(self) -> _Phase:
-        key = self.decision % self.period
+        key = self.phase_key()
         phase = self._phases.get(key)
         if phase is None:
             offsets = (key * self.chunk) % self.schedule_horizons
@@ -186,3 +206,16 @@ class PlanCache:
             )
             self._phases[key] = phase
         return phase
+
+
+def decide(policy: ChunkedPolicy, cache: PlanCache, obs: torch.Tensor, chunk: int) -> ChunkDraw:
+    """One decision: new plans for the slots whose plan is used up, then every slot's
+    next chunk of its plan."""
+    replan, horizons, plan_steps = cache.replan_slots()
+    if replan.numel():
+        plan_obs = obs if replan.numel() == obs.shape[0] else obs.index_select(0, replan)
+        plan, chunk_log_probs = policy.sample_plan(
+            plan_obs, horizons, steps=plan_steps, chunk=chunk
+        )
+        cache.store(replan, plan, chunk_log_probs)
+    return cache.next_chunk()

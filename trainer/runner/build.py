@@ -62,6 +62,7 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         loss_aggregation=a.loss_aggregation,
         lr_warmup_updates=config.actor.lr_warmup_updates,
         cuda_graph=a.cuda_graph,
+        rollout_cuda_graph=config.rollout.cuda_graph,
     )
 
 

@@ -6,7 +6,7 @@ Each round the rank sends its worker the round's horizons, a seed drawn from its
 generator (so a resumed run draws the same actions) and, when the policy changed since
 the last round, its weights; then every decision's observations go out and the chunk
 comes back (actions, their log-probabilities, offsets). The rank stores and trains on
-them exactly as on its own decisions (trainer.algorithms.on_policy.decide runs on
+them exactly as on its own decisions (trainer.models.plan_cache.decide runs on
 both sides). A worker that dies or does not answer within `reply_timeout_s` fails the
 round naming it (rank, node, pid).
 """
@@ -19,10 +19,10 @@ import ray
 import torch
 from torch import nn
 
-from trainer.algorithms.on_policy import decide
+from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.config.env_shards import ROLLOUT
 from trainer.config.schema import ExperimentConfig
-from trainer.models.plan_cache import ChunkDraw, PlanCache
+from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
 from trainer.models.trained_state import load_trained_state, trained_state
 from trainer.runtime.ray_calls import answer
 from trainer.whereabouts import ProcessReport
@@ -45,6 +45,7 @@ class RolloutWorker:
         self.policy: nn.Module | None = None
         self.cache: PlanCache | None = None
         self.device = torch.device("cpu")  # prepare() resolves actor.device
+        self.graphs: GraphedDecisions | None = None  # on a GPU: decisions replayed
 
     def prepare(
         self,
@@ -62,6 +63,8 @@ class RolloutWorker:
         spec = VisionLanguageSpec.from_json(vision_language) if vision_language else None
         self.policy = build_policy(self.config, tuple(obs_shape), env_action_dim, spec)
         self.policy.to(self.device).eval()
+        if graphable(self.policy, self.device) and self.config.rollout.cuda_graph:
+            self.graphs = GraphedDecisions(self.device)
         node_ip = ray.util.get_node_ip_address()
         device = describe_device(self.device)
         return ProcessReport.here(ROLLOUT, self.rank, self.node_rank, node_ip, device).to_json()
@@ -84,8 +87,10 @@ class RolloutWorker:
     def act(self, obs: torch.Tensor) -> ChunkDraw:
         assert self.policy is not None and self.cache is not None, "start_round() first"
         chunk = self.config.actor.model.num_action_chunks
+        deciding = decide if self.graphs is None else self.graphs.decide
         # On the CPU both ways: the rank may compute elsewhere, or on no GPU.
-        return decide(self.policy, self.cache, obs.to(self.device), chunk).to(torch.device("cpu"))
+        draw = deciding(self.policy, self.cache, obs.to(self.device), chunk)
+        return draw.to(torch.device("cpu"))
 
     def device_metrics(self) -> dict[str, float]:
         from trainer.devices import device_metrics
