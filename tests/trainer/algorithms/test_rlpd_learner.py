@@ -110,11 +110,23 @@ def test_the_temperature_rises_when_entropy_is_too_low_and_falls_when_too_high()
     target = rlpd.target_entropy  # -1 for two action dimensions
     for log_prob, direction in ((-target + 3.0, +1), (-target - 3.0, -1)):
         before = rlpd.temperature
-        loss = rlpd.temperature_loss(torch.full((8,), log_prob))
-        rlpd.temperature_optimizer.zero_grad()
-        loss.backward()
-        rlpd.temperature_optimizer.step()
+        rlpd.temperature_step(torch.full((8,), log_prob))
         assert (rlpd.temperature - before) * direction > 0
+
+
+def test_the_temperatures_step_takes_its_losss_own_gradient():
+    rlpd, autograd = learner(), learner()
+    log_prob = torch.randn(64) - 1.0
+    for _ in range(3):
+        loss = rlpd.temperature_step(log_prob)
+        # The loss written out and differentiated by autograd, as SAC implementations do.
+        expected = -(autograd.log_temperature.exp() * (log_prob + autograd.target_entropy)).mean()
+        autograd.temperature_optimizer.zero_grad()
+        expected.backward()
+        torch.testing.assert_close(rlpd.log_temperature.grad, autograd.log_temperature.grad)
+        torch.testing.assert_close(loss, expected.detach())
+        autograd.temperature_optimizer.step()
+        torch.testing.assert_close(rlpd.log_temperature, autograd.log_temperature)
 
 
 def test_the_squashed_log_probability_matches_a_numeric_change_of_variables():
@@ -122,7 +134,10 @@ def test_the_squashed_log_probability_matches_a_numeric_change_of_variables():
     actor = TanhGaussianActor(OBS, 1, (8,))
     obs = torch.randn(4000, OBS)
     obs[:] = obs[0]  # one state: the actions are draws from one distribution
+    torch.manual_seed(2)
     actions, log_prob = actor.sample(obs)
+    torch.manual_seed(2)
+    assert torch.equal(actor.sample(obs, with_log_prob=False)[0], actions)  # the same draw
     mean, log_std = actor(obs[:1])
     raw = torch.atanh(actions.clamp(-0.999999, 0.999999))
     normal = torch.distributions.Normal(mean[0, 0], log_std[0, 0].exp())
