@@ -71,10 +71,6 @@ class OnPolicySettings:
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
 
 
-def _weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return (values * weight).sum() / weight.sum().clamp(min=1e-8)
-
-
 @dataclass
 class RolloutState:
     """A round in progress: its plans, its storage, the decision awaiting its env step."""
@@ -428,11 +424,18 @@ class OnPolicyAlgorithm(ABC):
             log_ratio = log_ratio / (mb["actions"].shape[1] * self.policy.env_action_dim)
         ratio = log_ratio.exp()
         with torch.no_grad():
-            kl_sum = (((ratio - 1) - log_ratio) * policy_weight).sum()
-            clipped_sum = (((ratio - 1).abs() > s.clip_ratio).float() * policy_weight).sum()
+            # Each policy row's KL estimate, whether it clips, and its count, summed by
+            # weight in one product: on a GPU each op is a kernel of the step.
+            excess = ratio - 1
+            per_row = torch.stack(
+                [excess - log_ratio, (excess.abs() > s.clip_ratio).float(), torch.ones_like(excess)]
+            )
+            mine = per_row @ policy_weight
+            # Each row's share of this rank's policy-gradient mean, worked out once.
+            share = policy_weight / mine[2].clamp(min=1e-8)
             # The early stop is one decision for all ranks, on the KL over all rows.
             kl_sum, clipped_sum, policy_rows, all_weight = self.collective.sum_tensor(
-                torch.stack([kl_sum, clipped_sum, policy_weight.sum(), total.detach()])
+                torch.cat([mine, total.detach().view(1)])
             )
             approx_kl = kl_sum / policy_rows.clamp(min=1e-8)
         weightless_possible = self._weightless_possible or weight.numel() == 0
@@ -440,15 +443,13 @@ class OnPolicyAlgorithm(ABC):
             return {}
         if s.target_kl is not None and approx_kl > s.target_kl:
             return None
-        advantage = mb["advantage"]
-        # Each row's share of this rank's policy-gradient mean, worked out once.
-        share = policy_weight / policy_weight.sum().clamp(min=1e-8)
+        against = -mb["advantage"]
         surrogate = torch.max(
-            -advantage * ratio, -advantage * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio)
+            against * ratio, against * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio)
         )
-        policy_loss = (surrogate * share).sum()
-        entropy_mean = (entropy * share).sum()
-        loss = policy_loss - s.entropy_coef * entropy_mean
+        policy_loss = surrogate @ share
+        entropy_mean = entropy @ share
+        loss = policy_loss - s.entropy_coef * entropy_mean if s.entropy_coef else policy_loss
         stats = {
             "losses/policy_loss": policy_loss.detach(),
             "losses/entropy": entropy_mean.detach(),
@@ -456,7 +457,7 @@ class OnPolicyAlgorithm(ABC):
             "losses/clip_fraction": clipped_sum / policy_rows.clamp(min=1e-8),
         }
         if self.critic is not None:
-            value_loss = self._value_loss(mb)
+            value_loss = self._value_loss(mb, total)
             loss = loss + s.value_loss_coef * value_loss
             stats["losses/value_loss"] = value_loss.detach()
         self.optimizer.zero_grad()
@@ -492,7 +493,8 @@ class OnPolicyAlgorithm(ABC):
             self._buckets = GradientBuckets(params, self.collective, self.gradient_bucket_bytes)
         return self._buckets
 
-    def _value_loss(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _value_loss(self, mb: dict[str, torch.Tensor], total: torch.Tensor) -> torch.Tensor:
+        """Half the weighted mean squared error of the values; `total`: the weights' sum."""
         assert self.critic is not None
         with self.autocast():
             values = self.critic(mb["obs"]).float()
@@ -502,7 +504,7 @@ class OnPolicyAlgorithm(ABC):
                 -self.settings.value_clip, self.settings.value_clip
             )
             errors = torch.max(errors, (clipped - mb["returns"]) ** 2)
-        return 0.5 * _weighted_mean(errors, mb["weight"])
+        return 0.5 * (errors @ mb["weight"]) / total.clamp(min=1e-8)
 
     # ----- checkpoints ---------------------------------------------------------
     def state_dict(self, shards: Path | None = None) -> dict[str, Any]:

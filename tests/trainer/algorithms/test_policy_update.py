@@ -87,10 +87,12 @@ def test_value_loss_is_clipped_around_the_rollout_value():
         v = algorithm.critic(obs)
     mb = {"obs": obs, "value": v - 1.0, "returns": v - 1.0, "weight": torch.ones(2)}
     # unclipped error 1.0; clipped prediction v-0.9 has error 0.01; max -> 1.0; *0.5
-    assert algorithm._value_loss(mb).item() == pytest.approx(0.5, abs=1e-5)
+    assert algorithm._value_loss(mb, mb["weight"].sum()).item() == pytest.approx(0.5, abs=1e-5)
     mb["returns"] = v + 1.0
     # unclipped error 1; clipped (v-0.9 vs v+1) error 1.9^2 = 3.61 -> 0.5 * 3.61
-    assert algorithm._value_loss(mb).item() == pytest.approx(0.5 * 3.61, abs=1e-4)
+    assert algorithm._value_loss(mb, mb["weight"].sum()).item() == pytest.approx(
+        0.5 * 3.61, abs=1e-4
+    )
 
 
 def test_kl_early_stop_halts_the_update_before_the_step():
