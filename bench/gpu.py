@@ -20,6 +20,9 @@
   ``gpu_rlpd_updates_eager``: the same rounds launched kernel by kernel
   (``algorithm.rlpd.cuda_graph: false``).
 
+Each part also prints the ops its eager run and the floor dispatch (views left out):
+on a GPU each is a kernel launch, what a graph replays without Python.
+
 It imports only torch, numpy and the trainer's small dependencies (pydantic,
 ruamel.yaml): it runs from a copy of the repo on a CUDA machine without the control
 plane. Without CUDA it says so and exits 0.
@@ -77,6 +80,24 @@ def median_pair(ours: Callable[[], object], floor: Callable[[], object], device,
         times["ours"].append(timed(ours, device))
         times["floor"].append(timed(floor, device))
     return statistics.median(times["ours"]), statistics.median(times["floor"])
+
+
+def ops(run: Callable[[], object]) -> int:
+    """The ops one call of `run` dispatches that compute (views left out): on a GPU,
+    what an eager run launches and a graph holds, one kernel or so each."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        computed = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view and func.namespace == "aten":
+                self.computed += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count() as count:
+        run()
+    return count.computed
 
 
 def result(name: str, ours_s: float, floor_s: float, device_name: str, target: str) -> None:
@@ -342,16 +363,21 @@ def main() -> int:
     eager = our_ppo(device, data, "fp32", cuda_graph=False)
     ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
     result("gpu_ppo_update_eager", ours_s, floor_s, name, "(cuda_graph=false)")
+    print(f"gpu_ppo_update ops (eager): ours {ops(eager)}, floor {ops(floor)}")
     ours, floor = rollout_pair(device)
     ours_s, floor_s = median_pair(ours, floor, device, args.repeats)
     result("gpu_rollout", ours_s, floor_s, name, ">= 0.9")
     print(f"gpu_rollout decision graphs: {decisions_captured(ours)}")
-    ours_s, floor_s = median_pair(*rollout_pair(device, cuda_graph=False), device, args.repeats)
+    eager, floor = rollout_pair(device, cuda_graph=False)
+    ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
     result("gpu_rollout_eager", ours_s, floor_s, name, "(rollout.cuda_graph=false)")
+    print(f"gpu_rollout ops (eager, env included): ours {ops(eager)}, floor {ops(floor)}")
     ours_s, floor_s = median_pair(*rlpd_pair(device), device, args.repeats)
     result("gpu_rlpd_updates", ours_s, floor_s, name, ">= 0.7")
-    ours_s, floor_s = median_pair(*rlpd_pair(device, cuda_graph=False), device, args.repeats)
+    eager, floor = rlpd_pair(device, cuda_graph=False)
+    ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
     result("gpu_rlpd_updates_eager", ours_s, floor_s, name, "(cuda_graph=false)")
+    print(f"gpu_rlpd_updates ops (eager): ours {ops(eager)}, floor {ops(floor)}")
     return 0
 
 
