@@ -364,7 +364,8 @@ class OnPolicyAlgorithm(ABC):
         )
         rows = PackedRows(samples)
         graphs = self._graphs_for_update()
-        sums: dict[str, torch.Tensor] = {}
+        keys: list[str] = []
+        sums: torch.Tensor | None = None
         updates = 0
         early_stopped = False
         for _ in range(s.update_epochs):
@@ -380,12 +381,13 @@ class OnPolicyAlgorithm(ABC):
                     early_stopped = True
                     break
                 updates += 1
-                for key, value in stats.items():
-                    sums[key] = sums[key] + value if key in sums else value
+                if stats:  # summed as one tensor: one add a step, not one per statistic
+                    keys = keys or sorted(stats)
+                    packed = torch.stack([stats[key].float() for key in keys])
+                    sums = packed if sums is None else sums + packed
             if early_stopped:
                 break
-        keys = list(sums)
-        values = torch.stack([sums[key].float() for key in keys]).tolist() if keys else []
+        values = sums.tolist() if sums is not None else []
         metrics = {key: value / max(updates, 1) for key, value in zip(keys, values, strict=True)}
         metrics["losses/updates"] = float(updates)
         metrics["losses/early_stopped"] = float(early_stopped)
