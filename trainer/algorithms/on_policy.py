@@ -22,7 +22,13 @@ from trainer.algorithms.collective import Collective
 from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.algorithms.gradient_buckets import DEFAULT_CAP_BYTES, GradientBuckets
 from trainer.algorithms.step_graph import GraphedSteps
-from trainer.data.rollout_storage import PackedRows, RolloutStorage, Trajectories, Transition
+from trainer.data.rollout_storage import (
+    PER_COPY,
+    PackedRows,
+    RolloutStorage,
+    Trajectories,
+    Transition,
+)
 from trainer.devices import HostToDevice, autocast
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
@@ -270,9 +276,12 @@ class OnPolicyAlgorithm(ABC):
             none = torch.zeros_like(done)
             intervened = none if intervened is None else intervened
             held = none if held is None else held
-        columns = (reward, env_reward, step.executed_actions, done, timeouts, step.success,
-                   intervened, held)  # fmt: skip
-        per_copy = self.to_device.stack("per_copy", columns)
+        columns = {
+            "reward": reward, "env_reward": env_reward, "executed_actions": step.executed_actions,
+            "done": done, "timeout": timeouts, "success": step.success,
+            "intervened": intervened, "held": held,
+        }  # fmt: skip
+        per_copy = self.to_device.stack("per_copy", tuple(columns[name] for name in PER_COPY))
         self.storage.add(Transition(obs, draw.actions, draw.offsets, draw.log_prob, per_copy))
         self._pending = None
 

@@ -292,7 +292,7 @@ class RolloutStorage:
         # that discounting never crosses into them.
         per_copy = per_copy * valid.unsqueeze(1)
         flags = per_copy[:, FIRST_FLAG:].bool().unbind(1)
-        numbers = dict(zip(PER_COPY[:FIRST_FLAG], per_copy.unbind(1), strict=False))
+        numbers = dict(zip(PER_COPY[:FIRST_FLAG], per_copy[:, :FIRST_FLAG].unbind(1), strict=True))
         numbers |= dict(zip(PER_COPY[FIRST_FLAG:], flags, strict=True))
         numbers["executed_actions"] = numbers["executed_actions"].long()
         numbers["done"] = numbers["done"] | ~valid
@@ -303,7 +303,7 @@ class RolloutStorage:
         # gather over T).
         obs = stacked["obs"]
         rows = torch.arange(self.num_steps * batch, device=device).view(self.num_steps, batch)
-        rows = rows - stacked["chunk_offset"] // self.chunk * batch
+        rows = (rows - stacked["chunk_offset"] // self.chunk * batch).clamp_(min=0)
         plan_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows.view(-1)).view(obs.shape)
         zeros = torch.zeros(3, self.num_steps, batch, device=device).unbind(0)
         return Trajectories(
