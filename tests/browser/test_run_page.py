@@ -428,7 +428,6 @@ def test_a_placed_run_charts_each_processs_gpu_memory_and_utilisation(page):
     feeder.step += 1  # live
     feeder.link.metrics(feeder.step, iteration(feeder.step) | placed_devices(feeder.step))
     wait_drawn(page, "device_allocated", lambda d: d["actor-1"]["y"][-1:] == [24.0], "a live point")
-    page.locator('figure[data-chart="device_allocated"]').screenshot(
-        path=str(page.web.log_dir / "placed_gpus.png")
-    )
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.screenshot(path=str(page.web.log_dir / "placed_gpus.png"), full_page=True)
     feeder.finish()
