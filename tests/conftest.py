@@ -7,6 +7,12 @@ from django.conf import settings
 
 from tests.stack import RayHead, Stack
 
+# Ray renices its worker processes (actors, tasks, a job's supervisor and so the trainer
+# it starts) to 15. Beside the test run's own processes at 0 (servers, browsers, other
+# pytest workers) that starves them on a busy machine: a placed run's actors took
+# minutes to start. Every Ray process the tests start inherits this environment.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
