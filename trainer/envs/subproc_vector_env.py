@@ -137,9 +137,13 @@ class SubprocVectorEnv(ShardedVectorEnv):
                 )
         try:
             status, value = connection.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):
+            # A worker that died with a command still unread in its pipe resets it.
+            process.join(timeout=_POLL_SECONDS)
+            code = process.exitcode
+            how = "closed its pipe" if code is None else f"exited with code {code}"
             raise EnvWorkerError(
-                f"env worker {worker} (pid {process.pid}) closed its pipe while {doing}"
+                f"env worker {worker} (pid {process.pid}) {how} while {doing}"
             ) from None
         if status == "error":
             raise EnvWorkerError(f"env worker {worker} failed while {doing}:\n{value}")

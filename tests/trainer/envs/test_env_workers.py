@@ -62,6 +62,20 @@ def test_a_dead_worker_is_reported_not_waited_for():
     workers.close()
 
 
+def test_a_worker_killed_with_a_command_unread_is_reported_as_dead():
+    """Its pipe is reset rather than closed: the read fails with ECONNRESET, not EOF."""
+    workers = make_vector_env("builtin_reach", num_envs=2, num_workers=1)
+    victim = workers._processes[0]
+    os.kill(victim.pid, signal.SIGSTOP)  # it cannot read what is sent next
+    workers._send(0, ("init_states", (0,)), "listing init states")
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(timeout=10)
+    with pytest.raises(EnvWorkerError, match=r"env worker 0 \(pid \d+\) exited with code -9 "
+                       "while listing init states"):  # fmt: skip
+        workers._receive(0, "listing init states")
+    workers.close()
+
+
 def test_worker_counts_are_checked():
     with pytest.raises(ValueError, match="num_workers must be in 1..num_envs"):
         SubprocVectorEnv(partial(BuiltinReachEnv), num_envs=2, num_workers=3)
