@@ -23,6 +23,7 @@ sys.argv = ["bench/gpu.py"]
 sys.path.insert(0, {str(REPO)!r})
 import bench.gpu
 import tests.gpu.test_gpu_training
+import tests.trainer.runtime.test_gradient_sync  # its rows feed the graphed-PPO GPU tests
 # The CPU tests the check runs beside it, on the GPU there.
 import tests.trainer.test_devices, tests.trainer.models.test_plan_cache
 import tests.trainer.algorithms.test_rlpd_learner
