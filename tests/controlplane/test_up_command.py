@@ -16,7 +16,7 @@ from django.conf import settings
 
 from tests.processes import free_port, pids_with_env, wait_until
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.embedded]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.embedded, pytest.mark.embedded_only]
 
 
 def healthz(url: str) -> dict | None:
