@@ -28,6 +28,10 @@ from trainer.envs.libero_setup import check_libero_installed
 from trainer.envs.subproc_vector_env import SubprocVectorEnv
 from trainer.runner.on_policy_runner import OnPolicyRunner
 
+# A hang guard, not a timing: one runner iteration with cameras took 61 s in one CI run
+# and 151 s in another beside the rest of the suite (the suite's default is 300 s).
+pytestmark = pytest.mark.timeout(600)
+
 # The task counts the control plane checks evaluations with, held to the real suites.
 SUITE_TASKS = LIBERO_SUITE_TASKS
 
