@@ -9,6 +9,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+# `ray start` gives its raylet a fixed 30 s to register with the GCS, then exits saying
+# this. Beside the whole suite on two cores that happens now and then; a fresh start
+# comes up (the suite's own Ray nodes are what is tested, not Ray's start-up on a busy
+# box), so tests start a node that hit it again, up to RAY_STARTS times in all.
+RAY_START_DEADLINE = "The current node timed out during startup"
+RAY_STARTS = 3
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -4,6 +4,7 @@ labelled with their Armature node rank, connected for the test module."""
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -13,7 +14,7 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from tests.processes import free_port
+from tests.processes import RAY_START_DEADLINE, RAY_STARTS, free_port, pids_with_env
 from trainer.cluster import NODE_RANK_LABEL
 
 OBJECT_STORE_BYTES = 100 * 2**20
@@ -28,33 +29,48 @@ def labelled_ray_cluster(nodes: Sequence[dict[str, Any]]) -> Iterator[Path]:
     tmp = tempfile.mkdtemp(prefix="armray-")
     saved = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "RAY_AUTH_MODE")}
     os.environ.update(RAY_TMPDIR=tmp, RAY_AUTH_MODE="disabled")
-    head, *others = nodes
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            **head,
-            "labels": {NODE_RANK_LABEL: "0"},
-            "object_store_memory": OBJECT_STORE_BYTES,
-            "include_dashboard": False,
-            "gcs_server_port": free_port(),  # 6379 belongs to Redis here
-        },
-    )
+    cluster = None
     try:
-        for rank, node in enumerate(others, start=1):
-            cluster.add_node(
-                **node, labels={NODE_RANK_LABEL: str(rank)}, object_store_memory=OBJECT_STORE_BYTES
-            )
+        cluster = _start(nodes, tmp)
         ray.init(address=cluster.address)
         yield Path(tmp)
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
         _remove(tmp)
+
+
+def _start(nodes: Sequence[dict[str, Any]], tmp: str) -> Cluster:
+    """The cluster's nodes, all started again when one exits at Ray's own start-up
+    deadline (tests/processes.py)."""
+    for attempt in range(1, RAY_STARTS + 1):
+        cluster = Cluster()
+        try:
+            for rank, node in enumerate(nodes):
+                cluster.add_node(
+                    **node,
+                    labels={NODE_RANK_LABEL: str(rank)},
+                    object_store_memory=OBJECT_STORE_BYTES,
+                    **({"include_dashboard": False, "gcs_server_port": free_port()}
+                       if rank == 0 else {}),  # 6379 belongs to Redis here
+                )  # fmt: skip
+            return cluster
+        except Exception as error:
+            cluster.shutdown()
+            # A node that failed to start was never handed to the cluster: its processes
+            # are found by the temp folder every process of this cluster has in its env.
+            for pid in pids_with_env("RAY_TMPDIR", tmp):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if RAY_START_DEADLINE not in str(error) or attempt == RAY_STARTS:
+                raise
+    raise AssertionError("RAY_STARTS must be at least 1")
 
 
 def _remove(path: str) -> None:

@@ -21,7 +21,15 @@ from controlplane.core.stack import (
     web_command,
     worker_command,
 )
-from tests.processes import free_port, http_ok, start, stop, wait_until
+from tests.processes import (
+    RAY_START_DEADLINE,
+    RAY_STARTS,
+    free_port,
+    http_ok,
+    start,
+    stop,
+    wait_until,
+)
 
 
 def test_database_url() -> str:
@@ -35,12 +43,6 @@ def test_database_url() -> str:
 
 
 NODES = "/api/v0/nodes?limit=1"
-
-# `ray start` gives its raylet a fixed 30 s to register with the GCS, then exits saying
-# this. Beside the whole suite on two cores that happens now and then; a fresh start
-# comes up (the suite's own heads are what is tested, not Ray's start-up on a busy box).
-RAY_START_DEADLINE = "The current node timed out during startup"
-STARTS = 3
 
 
 class HeadStartTimedOut(RuntimeError):
@@ -66,7 +68,7 @@ class RayHead:
         self.log_path = log_dir / "ray-head.log"
         command = ray_head_command(self.temp_dir, self.ports, num_cpus=2)
         environ = {**os.environ, **RAY_HEAD_ENV, **(env or {})}
-        for attempt in range(1, STARTS + 1):
+        for attempt in range(1, RAY_STARTS + 1):
             self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
             self.process = start(command, environ, self.log_path)
             try:
@@ -74,7 +76,7 @@ class RayHead:
                 return
             except HeadStartTimedOut:
                 stop(self.process)  # what the exited `ray start` left of its group
-                if attempt == STARTS:
+                if attempt == RAY_STARTS:
                     raise
 
     def wait_ready(self) -> None:
