@@ -260,6 +260,10 @@ class TeleopSource:
 
     def status(self) -> list[CopyStatus]:
         with self._lock:
+            # The deadman runs here too: an env that is not stepping (a worker waiting on
+            # its learner, a slow reset) still lets go of a silent operator on time, and
+            # the console and the audit say so then, not at the next step.
+            self._expire_heartbeats(self.clock())
             wanted = self._policy_actions
             actions = wanted.round(decimals=3).tolist() if wanted is not None else None
             return [
@@ -288,10 +292,9 @@ class TeleopSource:
         applied: list[str] = []
         with self._lock:
             now = self.clock()
+            self._expire_heartbeats(now)
             for index, state in enumerate(self._copies):
                 state.episode_step = int(episode_step[index])
-                if state.mode == HUMAN and now - state.heartbeat > self.settings.deadman_s:
-                    self._lose(state, "heartbeat lost")
                 if state.mode in (STOPPED, ESTOPPED) or state.zero_next:
                     active[index] = True  # held still, or the zero action after a loss
                     state.zero_next = False
@@ -357,6 +360,12 @@ class TeleopSource:
         if state.mode != HUMAN or state.holder != operator:
             holder = f"held by {state.holder}" if state.holder else state.mode
             raise TeleopRefused(f"{operator} does not hold copy {copy} ({holder})")
+
+    def _expire_heartbeats(self, now: float) -> None:
+        """The deadman: end each takeover whose heartbeats stopped (the lock is held)."""
+        for state in self._copies:
+            if state.mode == HUMAN and now - state.heartbeat > self.settings.deadman_s:
+                self._lose(state, "heartbeat lost")
 
     def _lose(self, state: _Copy, reason: str) -> None:
         """End a takeover whose operator is gone: a zero action on the next step, then

@@ -210,6 +210,29 @@ def keep_driving(
     return thread
 
 
+def take_over_and_drive(console: Console, robots: Robots, robot: int = 0) -> threading.Event:
+    """The operator holds `robot` and one of their commands has been applied; the
+    returned event stops the driving. With a real arm's deadman (0.15 s) a loaded machine
+    can let go between the take-over and the first command (two trips through the web
+    server), as it would a real operator's: like them, this takes over again."""
+    pushed = torch.tensor(PUSH)
+    for _ in range(5):
+        console.take_over(robot)
+        stop = threading.Event()
+        keep_driving(console, stop, robot)
+
+        def applied_or_lost() -> bool:
+            return robots.source.mode(robot)[0] != "human" or any(
+                bool(a[robot].eq(pushed).all()) for _, a, _ in list(robots.steps)
+            )
+
+        wait_until(applied_or_lost, 10, f"{console.operator}'s command applied", 0.01)
+        if any(bool(a[robot].eq(pushed).all()) for _, a, _ in list(robots.steps)):
+            return stop
+        stop.set()
+    raise AssertionError(f"the deadman let go of {console.operator} before each first command")
+
+
 def first_zero_action(robots: Robots, since: float) -> float:
     """When robot 0 first stepped with a zero action after `since`."""
     found: list[float] = []

@@ -53,7 +53,10 @@ def placed_console_config(tmp_path, algorithm: str, steppers: str) -> str:
         document["algorithm"].update(name=algorithm, data_batch_size=8, num_minibatches=1,
                                      update_epochs=1)  # fmt: skip
     document["env"].update(num_parallel_envs=2, max_episode_steps=40, task_ids=[0])
-    document["env"]["interventions"]["deadman_s"] = 0.5  # a loaded CI machine's sockets
+    # Not the 0.15 s of a real arm: the test's 25 ms commands share a saturated 2-core
+    # machine with the trainer and web server, and a gap over the deadman lets go
+    # before the console sees the take-over (the deadman has its own tests).
+    document["env"]["interventions"]["deadman_s"] = 2.0
     document["runner"].update(iterations=10_000, progress=False, torch_threads=1,
                               output_dir=str(tmp_path / "run"))  # fmt: skip
     # The learner on node 0; an env worker on each node, node 1 the robot node.
@@ -137,7 +140,7 @@ def test_an_operator_drives_the_robot_of_a_worker_on_another_node(
 
         threading.Thread(target=drive, daemon=True).start()
         try:
-            wait_until(lambda: (robot_in(console, second, 1) or {}).get("mode") == "human", 20,
+            wait_until(lambda: (robot_in(console, second, 1) or {}).get("mode") == "human", 60,
                        "robot 1 held by olga", 0.05)  # fmt: skip
             assert robot_in(console, second, 1)["holder"] == "olga"
             assert robot_in(console, first, 0)["mode"] == "policy"
@@ -148,9 +151,9 @@ def test_an_operator_drives_the_robot_of_a_worker_on_another_node(
 
         # Silence: the worker's own deadman lets go, whatever the learner does.
         silent_at = time.monotonic()
-        wait_until(lambda: robot_in(console, second, 1)["mode"] == "policy", 10,
+        wait_until(lambda: robot_in(console, second, 1)["mode"] == "policy", 20,
                    "the deadman to let go", 0.02)  # fmt: skip
-        assert time.monotonic() - silent_at < 5
+        assert time.monotonic() - silent_at < 10  # the deadman's 2 s and the way back
         wait_until(lambda: RunEvent.objects.filter(run=run, kind="takeover").exists(), 30,
                    "the takeover's audit", 0.2)  # fmt: skip
         (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")

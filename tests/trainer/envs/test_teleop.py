@@ -79,6 +79,24 @@ def test_lost_heartbeats_release_the_copy_with_a_zero_action_first():
     assert takeover.steps == 1 and takeover.ended == clock.now
 
 
+def test_the_deadman_lets_go_while_the_env_is_not_stepping():
+    """A worker waiting on its learner does not step; the console's reading of the
+    copies (`status`, a few times a second) ends the silent operator's takeover on time,
+    and the env's next step is still the zero action."""
+    env, source, clock = scene()
+    source.take_over(0, "olga")
+    clock.now += 0.1
+    assert source.status()[0].mode == "human"
+    clock.now += 0.15  # no heartbeat for 0.25 s, and no step either
+    assert (source.status()[0].mode, source.status()[0].holder) == ("policy", None)
+    (takeover,) = source.takeovers
+    assert (takeover.reason, takeover.ended, takeover.steps) == ("heartbeat lost", clock.now, 0)
+    clock.now += 5.0
+    lost = step(env)
+    assert lost.held[0] and lost.applied_actions[0].tolist() == [0] * 7
+    assert not (step(env).held[0] or len(source.takeovers) > 1)
+
+
 def test_with_stop_on_link_loss_the_copy_is_held_still_until_cleared():
     env, source, clock = scene("stop")
     source.take_over(0, "olga")
