@@ -272,15 +272,14 @@ class RLPDActors:
         heard = [time.monotonic()] * len(self.workers)
         results: dict[int, tuple[EpisodeStats, int]] = {}
         while pending:
-            self._take_transitions(algorithm, heard)
+            looked = self._take_transitions(algorithm, heard)
             self.publish(algorithm)
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
             for ref in done:
                 worker = pending.pop(ref)
                 results[worker] = self._result(ref, worker)
-            now = time.monotonic()
             for worker in pending.values():
-                if now - heard[worker] > self.timeout_s:
+                if looked - heard[worker] > self.timeout_s:
                     raise ExchangeTimeout(
                         f"{self.describe(worker)} sent no transition for {self.timeout_s:g} s "
                         "(stalled actor)"
@@ -291,13 +290,21 @@ class RLPDActors:
         lag = algorithm.learner.updates - sum(acted_with) / len(acted_with) if acted_with else None
         return EpisodeStats.concat([stats for stats, _ in ordered], lag)
 
-    def _take_transitions(self, algorithm: RLPDAlgorithm, heard: list[float]) -> None:
+    def _take_transitions(self, algorithm: RLPDAlgorithm, heard: list[float]) -> float:
+        """Feeds what the workers have sent into `algorithm`; returns when the queue was
+        looked at. A worker is heard from when its rows are seen in the queue, not when
+        they are trained on: the updates they pay for can take longer than the deadline
+        on a busy machine, and rows put meanwhile wait unseen, so a worker is only judged
+        over the time the learner looked."""
         waiting = self.transitions.qsize()
-        if not waiting:
-            return
-        for worker, rows in self.transitions.get_nowait_batch(waiting):
-            heard[worker] = time.monotonic()
-            algorithm.take_step(rows)
+        looked = time.monotonic()
+        if waiting:
+            batch = self.transitions.get_nowait_batch(waiting)
+            for worker, _ in batch:
+                heard[worker] = looked
+            for _, rows in batch:
+                algorithm.take_step(rows)
+        return looked
 
     def _result(self, ref: Any, worker: int) -> tuple[EpisodeStats, int]:
         # A worker that found the learner stalled says so: its ExchangeTimeout passes.
