@@ -22,8 +22,9 @@ from trainer.runner.rlpd_runner import RLPDRunner
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples/builtin_rlpd.yaml"
 QUIET = ["runner.progress=false", "env.interventions.source=none"]
-# Each learning test trains twice on the CPU (about a minute alone); beside the rest of the
-# suite on two cores it has taken over five, so the hang guard is wider than the default.
+# Each learning test trains once beside the baseline they share (about a minute alone);
+# beside the rest of the suite on two cores it has taken over five, so the hang guard is
+# wider than the default.
 pytestmark = pytest.mark.timeout(900)
 
 
@@ -33,6 +34,13 @@ def demo_file(tmp_path_factory) -> Path:
     env = BuiltinReachEnv(8, seed=0)
     demos = record_demos(env, ScriptedReachOperator(8), task_ids=[0])
     return save_demos(tmp_path_factory.mktemp("demos") / "reach_red.npz", demos)
+
+
+@pytest.fixture(scope="module")
+def unaided_rate(tmp_path_factory) -> float:
+    """The baseline of both learning tests: 20 iterations, no demos, no one intervening."""
+    return success_alone(trained(tmp_path_factory.mktemp("unaided"), 20,
+                                 "algorithm.rlpd.demo_fraction=0"))  # fmt: skip
 
 
 def trained(tmp_path: Path, iterations: int, *overrides: str) -> RLPDRunner:
@@ -45,10 +53,9 @@ def trained(tmp_path: Path, iterations: int, *overrides: str) -> RLPDRunner:
     return runner
 
 
-def test_demos_beat_no_demos_at_the_same_budget(tmp_path, demo_file):
-    with_demos = trained(tmp_path / "a", 20, f"algorithm.rlpd.demos={demo_file}")
-    without = trained(tmp_path / "b", 20, "algorithm.rlpd.demo_fraction=0")
-    with_rate, without_rate = success_alone(with_demos), success_alone(without)
+def test_demos_beat_no_demos_at_the_same_budget(tmp_path, demo_file, unaided_rate):
+    with_demos = trained(tmp_path, 20, f"algorithm.rlpd.demos={demo_file}")
+    with_rate, without_rate = success_alone(with_demos), unaided_rate
     print(f"success after 20 iterations: with demos {with_rate}, without {without_rate}")
     # Fixed seeds fix the run on one CPU; another CPU's float kernels take another path
     # (8/8 against 4/8 on one machine, 6/8 against 1/8 on another): the margin is the claim.
@@ -57,13 +64,15 @@ def test_demos_beat_no_demos_at_the_same_budget(tmp_path, demo_file):
     assert len(with_demos.algorithm.demo) == with_demos.demos_loaded > 0  # no interventions here
 
 
-def test_scripted_interventions_speed_learning_up(tmp_path):
+def test_scripted_interventions_speed_learning_up(tmp_path, unaided_rate):
+    # 20 iterations, not 15: at 15 the assisted policy is still mid-way on some kernel
+    # paths (0.5 against 0.125 with ATEN_CPU_CAPABILITY=default, as in one CI run, and
+    # 0.5-1.0 against 0-0.25 over seeds 0-5); at 20 the margin was 0.625-0.875 on each.
     assisted = trained(
-        tmp_path / "a", 15, "env.interventions.source=scripted", "env.interventions.share=0.25"
+        tmp_path / "a", 20, "env.interventions.source=scripted", "env.interventions.share=0.25"
     )
-    alone = trained(tmp_path / "b", 15, "algorithm.rlpd.demo_fraction=0")
-    assisted_rate, alone_rate = success_alone(assisted), success_alone(alone)
-    print(f"policy alone after 15 iterations: assisted {assisted_rate}, not {alone_rate}")
+    assisted_rate, alone_rate = success_alone(assisted), unaided_rate
+    print(f"policy alone after 20 iterations: assisted {assisted_rate}, not {alone_rate}")
     assert assisted_rate - alone_rate >= 0.4
     # Every intervened transition, and only those, went into the demo buffer.
     history = [json.loads(line) for line in (tmp_path / "a/metrics.jsonl").read_text().splitlines()]
