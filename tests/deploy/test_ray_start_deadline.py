@@ -40,8 +40,11 @@ def test_a_head_whose_start_hits_rays_own_deadline_is_started_again(tmp_path, mo
     monkeypatch.setattr(tests.stack, "ray_head_command", ray_start_failing_once)
     with closing(RayHead(tmp_path)) as head:
         assert head.alive_nodes() == 1
-    assert starts.read_text().count("x") == 2
-    assert (tmp_path / "ray-head.log").read_text().count(RAY_START_DEADLINE) == 1
+    # Started again after the made-up failure; a real start can hit the deadline too on
+    # a loaded machine (one CI run's did), and is started once more like it.
+    started = starts.read_text().count("x")
+    assert started >= 2
+    assert (tmp_path / "ray-head.log").read_text().count(RAY_START_DEADLINE) == started - 1
 
     monkeypatch.setattr(tests.stack, "ray_head_command", lambda *a, **k: ["sh", "-c", "exit 3"])
     with pytest.raises(RuntimeError, match="exited with 3") as failed:
@@ -85,4 +88,5 @@ def test_a_cluster_node_that_hits_rays_own_deadline_is_started_again(monkeypatch
         names = [Path(f"/proc/{pid}/comm").read_text().strip()
                  for pid in pids_with_env("RAY_TMPDIR", str(tmp))]  # fmt: skip
         assert names.count("gcs_server") == 1 and names.count("raylet") == 2
-    wait_until(lambda: not pids_with_env("RAY_TMPDIR", str(tmp)), 30, "the cluster to go")
+    # A cluster stops its processes in seconds alone, in a minute on a loaded machine.
+    wait_until(lambda: not pids_with_env("RAY_TMPDIR", str(tmp)), 120, "the cluster to go")
