@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from ray.util.queue import Queue
 
 from tests.ray_cluster import labelled_ray_cluster
 from trainer.config.errors import ConfigError
@@ -19,6 +20,7 @@ from trainer.config.loading import load_config
 from trainer.runner.checkpoints import load_checkpoint
 from trainer.runtime.distributed_run import distributed_plan
 from trainer.runtime.rlpd_split import (
+    QUEUE_MESSAGES,
     ExchangeTimeout,
     RLPDActors,
     check_rlpd_plan,
@@ -151,33 +153,24 @@ class _SlowLearner:
         self.took.append(rows)
 
 
-class _Sent:
-    """What the transitions queue (a `ray.util.queue.Queue`) holds: (worker, rows)."""
-
-    def __init__(self, items: list[tuple[int, str]]):
-        self.items = items
-
-    def qsize(self) -> int:
-        return len(self.items)
-
-    def get_nowait_batch(self, count: int) -> list[tuple[int, str]]:
-        taken, self.items = self.items[:count], self.items[count:]
-        return taken
-
-
-def test_a_worker_is_heard_when_its_rows_are_seen_not_when_a_slow_learner_trains_on_them():
+def test_a_worker_is_heard_when_its_rows_are_seen_not_when_a_slow_learner_trains_on_them(
+    two_nodes,
+):
     # A learner whose updates take longer than the deadline (a big model, a busy machine)
     # must not blame the workers whose rows waited for them: it was not looking.
     report = {"where": ProcessReport.here("env", 0, 0).to_json(), "obs_shape": [4],
               "action_dim": 2, "num_tasks": 1, "init_state_counts": [1]}  # fmt: skip
-    sent = _Sent([(0, "a"), (1, "b"), (0, "c")])
+    sent = Queue(maxsize=QUEUE_MESSAGES)
+    for item in [(0, "a"), (1, "b"), (0, "c")]:
+        sent.put(item)
     settings = SimpleNamespace(publish_every=1, exchange_timeout_s=0.2)
     actors = RLPDActors([], [report, report], [3, 3], sent, settings)
     learner, heard = _SlowLearner(0.15), [0.0, 0.0]
     looked = actors._take_transitions(learner, heard)
-    assert learner.took == ["a", "b", "c"] and not sent.items
+    assert learner.took == ["a", "b", "c"] and sent.empty()
     assert time.monotonic() - looked > 0.45 > settings.exchange_timeout_s
     assert heard == [looked, looked]  # both seen at the look, neither past the deadline
+    sent.shutdown()
 
 
 def _first_iteration_transitions(tmp_path: Path) -> torch.Tensor:
