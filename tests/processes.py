@@ -9,12 +9,14 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from controlplane.core.head_keeper import STARTS
+
 # `ray start` gives its raylet a fixed 30 s to register with the GCS, then exits saying
-# this. Beside the whole suite on two cores that happens now and then; a fresh start
-# comes up (the suite's own Ray nodes are what is tested, not Ray's start-up on a busy
-# box), so tests start a node that hit it again, up to RAY_STARTS times in all.
-RAY_START_DEADLINE = "The current node timed out during startup"
-RAY_STARTS = 3
+# RAY_START_DEADLINE. Beside the whole suite on two cores that happens now and then; a
+# fresh start comes up (the suite's own Ray nodes are what is tested, not Ray's start-up
+# on a busy box), so tests start a node that hit it again, as `./armature up` does its
+# head (controlplane/core/head_keeper.py), up to RAY_STARTS times in all.
+RAY_STARTS = STARTS
 
 
 def free_port() -> int:

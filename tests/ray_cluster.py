@@ -14,7 +14,8 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from tests.processes import RAY_START_DEADLINE, RAY_STARTS, free_port, pids_with_env
+from controlplane.core.head_keeper import RAY_START_DEADLINE
+from tests.processes import RAY_STARTS, free_port, pids_with_env
 from trainer.cluster import NODE_RANK_LABEL
 
 OBJECT_STORE_BYTES = 100 * 2**20

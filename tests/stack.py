@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.db import connection
 
+from controlplane.core.head_keeper import RAY_START_DEADLINE
 from controlplane.core.stack import (
     RAY_HEAD_ENV,
     RayHeadPorts,
@@ -22,7 +23,6 @@ from controlplane.core.stack import (
     worker_command,
 )
 from tests.processes import (
-    RAY_START_DEADLINE,
     RAY_STARTS,
     free_port,
     http_ok,

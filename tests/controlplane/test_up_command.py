@@ -29,6 +29,25 @@ def healthz(url: str) -> dict | None:
         return None
 
 
+def wait_for_stack(url: str, timeout_s: float, log_path) -> dict:
+    """The health report once every component is up; a timeout says which were not and
+    shows the end of `up`'s log."""
+    reports: list[dict | None] = [None]
+
+    def all_up() -> bool:
+        reports.append(healthz(url))
+        return bool(reports[-1]) and reports[-1]["status"] == "up"
+
+    try:
+        wait_until(all_up, timeout_s, "every component up", poll_s=2)
+    except TimeoutError:
+        log_tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+        pytest.fail(
+            f"the stack is not up after {timeout_s} s: {reports[-1]}\nup's log:\n{log_tail}"
+        )
+    return reports[-1]
+
+
 def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
     # Ray's fixed default ports, taken (as by another Ray head): up chooses others.
     held = hold_ports([10001, 52365])
@@ -54,17 +73,11 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        reports = []
-
-        def all_up() -> bool:
-            reports.append(healthz(url))
-            return bool(reports[-1]) and reports[-1]["status"] == "up"
-
-        wait_until(all_up, 150, "every component up", poll_s=2)
+        report = wait_for_stack(url, 150, log_path)
         output = log_path.read_text()
         assert f"Armature: http://127.0.0.1:{port}/" in output
         assert "log in as admin / admin-pw-for-tests" in output
-        assert reports[-1]["checks"]["ray"] == {"up": True}  # anonymous: no topology
+        assert report["checks"]["ray"] == {"up": True}  # anonymous: no topology
         # Ray's token authentication is on: the health check above sent the token; a
         # request without it is refused, and the token is readable by this user only.
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -170,7 +183,7 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
     url = f"http://127.0.0.1:{port}"
     up = start_up(var_dir, port, env, tmp_path / "up.log")
     try:
-        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 240, "the stack", 2)
+        wait_for_stack(url, 240, tmp_path / "up.log")
         web = WebSession(url)
         web.login("admin", (var_dir / "admin_password").read_text().strip())
         status, run = web.api("POST", "runs", {"experiment": "demo-builtin-ppo"})
@@ -193,7 +206,7 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
 
     up = start_up(var_dir, port, env, tmp_path / "up-again.log")
     try:
-        wait_until(lambda: (healthz(url) or {}).get("status") == "up", 240, "the stack", 2)
+        wait_for_stack(url, 240, tmp_path / "up-again.log")
         web = WebSession(url)
         web.login("admin", (var_dir / "admin_password").read_text().strip())
         status, resumed = web.api("POST", f"runs/{run_id}/resume")

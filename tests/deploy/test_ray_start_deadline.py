@@ -5,6 +5,9 @@ and leave nothing of the start that failed."""
 
 import os
 import shlex
+import signal
+import subprocess
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -13,8 +16,10 @@ import pytest
 import ray
 
 import tests.stack
+from controlplane.core.head_keeper import RAY_START_DEADLINE, STARTS, HeadKeeper
+from controlplane.core.join import NODE_MARKER
 from controlplane.core.stack import ray_head_command
-from tests.processes import RAY_START_DEADLINE, pids_with_env, wait_until
+from tests.processes import pids_with_env, wait_until
 from tests.ray_cluster import labelled_ray_cluster
 from tests.stack import HeadStartTimedOut, RayHead
 from trainer.cluster import NODE_RANK_LABEL
@@ -90,3 +95,54 @@ def test_a_cluster_node_that_hits_rays_own_deadline_is_started_again(monkeypatch
         assert names.count("gcs_server") == 1 and names.count("raylet") == 2
     # A cluster stops its processes in seconds alone, in a minute on a loaded machine.
     wait_until(lambda: not pids_with_env("RAY_TMPDIR", str(tmp)), 120, "the cluster to go")
+
+
+def flaky_head(tmp_path: Path, failures: int, then: str = "echo head up") -> list[str]:
+    """A stand-in for `ray start --head --block`: its first `failures` starts print Ray's
+    start-up deadline and exit 1, leaving a process behind (a GCS); then it runs `then`."""
+    starts = tmp_path / "starts"
+    script = (
+        f"echo x >> {starts}; "
+        f'if [ "$(wc -l < {starts})" -le {failures} ]; then sleep 300 & '
+        f'echo "Exception: {RAY_START_DEADLINE}. This could happen..."; exit 1; fi; {then}'
+    )
+    return ["sh", "-c", script]
+
+
+def starts_of(tmp_path: Path) -> int:
+    return (tmp_path / "starts").read_text().count("x")
+
+
+def test_up_starts_its_head_again_when_ray_gives_up_at_start_up(tmp_path, capfd):
+    keeper = HeadKeeper(flaky_head(tmp_path, failures=1))
+    assert keeper.run() == 0
+    assert starts_of(tmp_path) == 2
+    out, err = capfd.readouterr()
+    assert RAY_START_DEADLINE in out and out.rstrip().endswith("head up")  # passed on
+    assert "starting it again (2 of 3)" in err
+    # What the failed start left is gone: it would hold the head's ports.
+    assert not pids_with_env(NODE_MARKER, keeper.marker)
+
+
+def test_up_stops_after_its_heads_last_start_or_any_other_exit(tmp_path):
+    always = tmp_path / "always"
+    always.mkdir()
+    assert HeadKeeper(flaky_head(always, failures=STARTS)).run() == 1
+    assert starts_of(always) == STARTS
+
+    other = tmp_path / "other"
+    other.mkdir()
+    assert HeadKeeper(flaky_head(other, failures=0, then="exit 3")).run() == 3
+    assert starts_of(other) == 1
+
+
+def test_up_stopping_its_head_stops_it_at_once_and_starts_no_other(tmp_path):
+    command = flaky_head(tmp_path, failures=0, then="trap 'exit 143' TERM; sleep 300 & wait")
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.core.head_keeper", *command],
+        start_new_session=True,  # as honcho starts each of up's processes
+    )
+    wait_until(lambda: (tmp_path / "starts").exists(), 30, "the head's start")
+    os.killpg(keeper.pid, signal.SIGTERM)  # what up's Ctrl-C sends the group
+    assert keeper.wait(30) == 143
+    assert starts_of(tmp_path) == 1

@@ -176,7 +176,14 @@ class Command(BaseCommand):
                 )
             manager.add_process(
                 "ray",
-                shlex.join(ray_head_command(temp_dir, ports, addresses=addresses)),
+                shlex.join(
+                    [
+                        sys.executable,
+                        "-m",
+                        "controlplane.core.head_keeper",
+                        *ray_head_command(temp_dir, ports, addresses=addresses),
+                    ]
+                ),  # fmt: skip
                 # Ray can only stop a job once it has placed it: it fails the ones it
                 # cannot place when the control plane gives up on them too.
                 env={
