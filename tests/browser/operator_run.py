@@ -11,6 +11,11 @@ from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run
 
 OPERATOR, PASSWORD = "olga", "pw-for-tests"
+# The console's browser tests are about the operator's path, not the deadman (tested in
+# tests/controlplane/console/test_console_safety.py): a headless browser on a 2-core CI
+# machine running the suite's stages side by side has missed its 25 ms heartbeats for
+# longer than 1 s, so these runs give a silent operator 5 s, not the default 0.15 s.
+BROWSER_DEADMAN_S = 5.0
 
 
 def operator_run(browser, stack, name: str, config: str, next_path: str, overrides=()):

@@ -3,6 +3,7 @@ RLPD run on them (`env.name: real_robot`)."""
 
 import yaml
 
+from tests.browser.operator_run import BROWSER_DEADMAN_S
 from tests.trainer.hardware.fake_camera import FakeCamera
 from tests.trainer.hardware.fake_serl_server import FakeSerlServer
 
@@ -23,9 +24,8 @@ def arm_config(server: FakeSerlServer, camera: FakeCamera) -> str:
                 "cameras": [{"name": "wrist", "url": camera.url("stream")},
                             {"name": "front", "url": camera.url("snapshot")}],
             }]},
-            # The deadman is 1 s here: a headless browser on a busy CI machine can miss
-            # its 25 ms heartbeats for longer than the default 0.15 s.
-            "interventions": {"source": "console", "deadman_s": 1.0, "control_hz": 10,
+            "interventions": {"source": "console", "deadman_s": BROWSER_DEADMAN_S,
+                              "control_hz": 10,
                               "on_link_loss": "release"},
         },
         "algorithm": {"name": "rlpd", "rlpd": {"batch_size": 32, "training_starts": 20,

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 from controlplane.runs.artifacts import run_artifact_dir
 from controlplane.runs.models import Run, RunEvent, RunState
 from tests.browser.operator_run import (
+    BROWSER_DEADMAN_S,
     charted_intervention_rates,
     effector_js,
     free_direction,
@@ -37,11 +38,10 @@ def running(browser, stack_factory, ray_head):
     stack.start_web()
     config = (settings.BASE_DIR / "examples/builtin_rlpd_console.yaml").read_text()
     # Its robots step in real time (env.interventions.real_time): 4 s an iteration, so
-    # the run is still going when the operator drives. The deadman is 1 s here, not
-    # 0.15: this test is about the operator's path, and a headless browser on a busy CI
-    # machine can miss its 25 ms heartbeats for longer than 0.15 s (the deadman itself
-    # is tested in tests/controlplane/console/test_console_safety.py).
-    overrides = [f"runner.iterations={ITERATIONS}", "env.interventions.deadman_s=1.0"]
+    # the run is still going when the operator drives.
+    overrides = [
+        f"runner.iterations={ITERATIONS}", f"env.interventions.deadman_s={BROWSER_DEADMAN_S}"
+    ]  # fmt: skip
     page, run = operator_run(browser, stack, "console-demo", config, "/runs/{run}/", overrides)
     page.stack = stack
     yield page, run

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from controlplane.runs.models import Run, RunEvent, RunState
 from tests.browser.operator_run import (
+    BROWSER_DEADMAN_S,
     charted_intervention_rates,
     effector_js,
     free_direction,
@@ -29,7 +30,7 @@ OVERRIDES = [
     "algorithm.group_size=2", "algorithm.data_batch_size=4",
     "algorithm.reward_filter.enabled=false",
     "actor.model.num_action_chunks=5", "rollout.action_horizons_pattern=[5,10]",
-    "env.interventions.source=console", "env.interventions.deadman_s=1.0",
+    "env.interventions.source=console", f"env.interventions.deadman_s={BROWSER_DEADMAN_S}",
     "env.interventions.control_hz=20", "env.interventions.real_time=true",
 ]  # fmt: skip
 
