@@ -21,7 +21,9 @@ from trainer.runner.checkpoints import checkpoint_path, latest_checkpoint, load_
 pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[3]
-ITERATIONS = 5
+# Enough that a kill at iteration 2 lands mid-run even when the test, on a loaded machine,
+# notices iteration 2's checkpoint late (at 5 the run once finished first).
+ITERATIONS = 10
 ARGS = [
     str(ROOT / "examples" / "builtin_ppo.yaml"),
     "env.num_parallel_envs=4", "algorithm.data_batch_size=8", "algorithm.num_minibatches=2",
