@@ -1,7 +1,7 @@
 """`ray start` gives a node's raylet a fixed 30 s to register with the GCS, then exits;
-beside the whole suite on two cores that happens now and then. The suite's own Ray heads
-and in-process clusters start once more instead of failing the test that needed them,
-and leave nothing of the start that failed."""
+beside the whole suite on two cores that happens now and then. `./armature up`'s head,
+the suite's own Ray heads and its in-process clusters start once more instead of
+failing, and leave nothing of the start that failed."""
 
 import os
 import shlex

@@ -183,7 +183,7 @@ class Command(BaseCommand):
                         "controlplane.core.head_keeper",
                         *ray_head_command(temp_dir, ports, addresses=addresses),
                     ]
-                ),  # fmt: skip
+                ),
                 # Ray can only stop a job once it has placed it: it fails the ones it
                 # cannot place when the control plane gives up on them too.
                 env={
