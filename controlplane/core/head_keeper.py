@@ -90,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         print("usage: python -m controlplane.core.head_keeper RAY START ARGS…", file=sys.stderr)
         return 2
-    return HeadKeeper(command).run()
+    status = HeadKeeper(command).run()
+    return status if status >= 0 else 128 - status  # killed by a signal: as a shell says
 
 
 if __name__ == "__main__":
