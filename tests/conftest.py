@@ -3,6 +3,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from tests.stack import RayHead, Stack
@@ -12,6 +13,11 @@ from tests.stack import RayHead, Stack
 # pytest workers) that starves them on a busy machine: a placed run's actors took
 # minutes to start. Every Ray process the tests start inherits this environment.
 os.environ.setdefault("RAY_worker_niceness", "0")
+
+# Channels' test communicator gives a WebSocket 1 s to be accepted or refused. Consumers
+# read the database when a socket connects (the run, the user's role), which took longer
+# on a loaded 2-core CI machine: the suite's in-process sockets get 10 s.
+WebsocketCommunicator.connect.__defaults__ = (10,)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
