@@ -82,6 +82,17 @@ def autocast(
     return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
+def to_device_async(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` on `device` without the host waiting. A plain copy from the CPU to a GPU
+    waits for everything queued on the GPU before it (a sync); this one crosses from
+    pinned memory (torch's caching host allocator keeps the block until the copy has
+    run), so the host goes on queueing work. For tensors of any shape, made once:
+    `HostToDevice` is the cheaper way for the same shapes every step."""
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 class HostToDevice:
     """Copies CPU tensors to `device` through pinned staging buffers, one per name (and
     shape), so the copy runs asynchronously (``non_blocking``) without pinning a fresh

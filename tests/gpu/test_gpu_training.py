@@ -9,12 +9,14 @@ on a bare CUDA machine, from a copy of the repo,
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -252,16 +254,25 @@ def _same_models(first: PPO, second: PPO, tolerance: float) -> None:
         torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_ppo_steps_replayed_from_cuda_graphs_compute_what_eager_steps_do(precision):
+@pytest.mark.parametrize(
+    ("precision", "masked"), [("fp32", False), ("bf16", False), ("fp32", True)]
+)
+def test_ppo_steps_replayed_from_cuda_graphs_compute_what_eager_steps_do(precision, masked):
     """Warm-up steps, a capture per padded minibatch size (203 rows make minibatches of
     50-51, padded to 52; 150 rows 37-38, padded to 40), then replays: every step's
-    statistics are its own and the models end where eager steps leave them."""
+    statistics are its own and the models end where eager steps leave them. `masked`:
+    rows that weigh nothing (the group filter's), the last batch's all of them: its
+    steps are skipped on the device, replayed or eager."""
     algorithms = {graphed: _graph_pair_ppo(graphed, precision) for graphed in (False, True)}
     assert algorithms[False].step_graphs is None
     tolerance = 1e-4 if precision == "fp32" else 2e-2
     for seed, count in enumerate([203, 203, 150, 203]):
         samples = _ppo_rows(count, seed)
+        if masked:
+            # a third of the rows, then all of them
+            weightless = torch.arange(count, device=CUDA) % (3 if seed < 3 else 1) == 0
+            for name in ("weight", "policy_weight"):
+                samples[name] = samples[name].masked_fill(weightless, 0.0)
         eager, replayed = (algorithms[g].update_rows(dict(samples)) for g in (False, True))
         assert eager.keys() == replayed.keys()
         for key in eager:
@@ -271,6 +282,80 @@ def test_ppo_steps_replayed_from_cuda_graphs_compute_what_eager_steps_do(precisi
     assert all(step.graph is not None for step in graphs.steps.values())
     assert algorithms[True].optimizer_steps == algorithms[False].optimizer_steps == 48
     _same_models(algorithms[False], algorithms[True], tolerance)
+
+
+@contextlib.contextmanager
+def _syncs(found: list[str]):
+    """Every sync with the GPU inside, one line each (torch's sync debug mode warns)."""
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+    found += [str(w.message) for w in caught if "synchronizing" in str(w.message)]
+
+
+def _watch(owner: object, method: str, calls: list[list[str]]) -> None:
+    """From now on, each call of `owner.method` adds the syncs it made to `calls`."""
+    watched = getattr(owner, method)
+
+    def call(*args, **kwargs):
+        calls.append([])
+        with _syncs(calls[-1]):
+            return watched(*args, **kwargs)
+
+    setattr(owner, method, call)
+
+
+@pytest.mark.parametrize("example", ["builtin_ppo.yaml", "builtin_grpo.yaml"])
+def test_no_step_of_the_rollout_or_the_update_syncs_but_to_bring_the_actions_back(
+    tmp_path, example
+):
+    """Once the graphs are captured (the first iteration), an env step syncs once, for
+    its actions, and a minibatch step never: the time-out bootstrap, the masked groups'
+    skipped steps and the statistics all stay on the GPU. The CPU suite's read guard
+    (tests/trainer/test_devices.py) finds reads in the code; this finds what torch does."""
+    config = _config(tmp_path, example, "actor.device=cuda", "algorithm.target_kl=null")
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    algorithm = runner.algorithm
+    acting, stepping, updating = [], [], []
+    try:
+        runner.train_iteration()
+        decisions, steps = algorithm.decision_graphs.graphs, set(algorithm.step_graphs.steps)
+        _watch(algorithm, "act", acting)
+        _watch(algorithm, "process_env_step", stepping)
+        _watch(algorithm.step_graphs, "step", updating)
+        runner.train_iteration()
+    finally:
+        runner.close()
+    # A phase or a minibatch size first met now is captured, which syncs; nothing else.
+    fresh = algorithm.decision_graphs.graphs - decisions
+    assert len(acting) > fresh and sum(len(syncs) != 1 for syncs in acting) <= fresh, acting
+    assert stepping and not any(stepping), [s for s in stepping if s][:3]
+    fresh = len(set(algorithm.step_graphs.steps) - steps)
+    assert len(updating) > fresh and sum(bool(syncs) for syncs in updating) <= fresh
+
+
+def test_no_rlpd_step_syncs_but_to_bring_the_actions_back(tmp_path):
+    config = _config(tmp_path, "builtin_rlpd.yaml", "actor.device=cuda",
+                     "algorithm.rlpd.training_starts=100")  # fmt: skip
+    runner = RLPDRunner(config, output_dir=tmp_path)
+    algorithm = runner.algorithm
+    acting, taking = [], []
+    try:
+        for _ in range(2):  # exploring, then acting and capturing the round
+            runner.train_iteration()
+        assert algorithm.learner.graphed_round.graph is not None
+        _watch(algorithm, "act", acting)
+        _watch(algorithm, "take_step", taking)  # the buffers and the update rounds
+        runner.train_iteration()
+    finally:
+        runner.close()
+    assert acting and all(len(syncs) == 1 for syncs in acting), acting[:3]
+    assert taking and not any(taking), [s for s in taking if s][:3]
 
 
 def test_a_graphed_ppo_loads_a_checkpoint_and_captures_again():

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.device_guard import DeviceGuard
+from tests.device_guard import DeviceGuard, HostReadGuard
+from trainer.algorithms.step_graph import GraphedSteps
 from trainer.commands.run import run
 from trainer.config import load_config
 from trainer.config.errors import ConfigError
@@ -79,6 +80,101 @@ def test_an_rlpd_iteration_makes_no_tensor_off_the_device(tmp_path, precision):
         runner.close()
     assert runner.algorithm.learner.updates > 0
     assert guard.found == []
+
+
+# The one read a rollout step makes on a GPU: the env's actions come back, once.
+ACTIONS_BACK = {("trainer/algorithms/on_policy.py", "act")}
+# Reads of what the envs give on the CPU, where they are read at no cost.
+ENV_FLAGS = {("trainer/algorithms/bootstrap.py", "bootstrap_timeouts")}
+
+
+PPO_SMALL = ["env.num_parallel_envs=8", "algorithm.data_batch_size=16"]
+# The early stop: whether the KL allows the step is read before each step.
+EARLY_STOP = ("trainer/algorithms/on_policy.py", "_minibatch_step")
+
+
+@pytest.mark.parametrize("graph_tables", [False, True])
+@pytest.mark.parametrize(
+    ("example", "overrides", "read_per_update_step"),
+    [
+        ("builtin_ppo.yaml", [*PPO_SMALL, "algorithm.target_kl=null"], None),
+        ("builtin_ppo.yaml", [*PPO_SMALL, "algorithm.target_kl=100"], EARLY_STOP),
+        (  # the group filter's masked groups included: their rows weigh nothing
+            "builtin_grpo.yaml",
+            ["env.num_parallel_envs=4", "algorithm.data_batch_size=16", "algorithm.group_size=4"],
+            None,
+        ),
+    ],
+)
+def test_no_step_of_the_rollout_or_the_update_reads_the_device_but_for_the_actions(
+    tmp_path, example, overrides, read_per_update_step, graph_tables
+):
+    """What each env step and each minibatch step read back into the host, which on a
+    GPU is a sync per step: the env's actions alone, and `target_kl`'s early stop.
+    Decisions and statistics stay on the device until the iteration's end.
+    `graph_tables`: the update's steps through the fixed tables a GPU's graphs replay
+    (trainer/algorithms/step_graph.py)."""
+    config = _config(tmp_path, example, *overrides, "algorithm.update_epochs=2")
+    runner = OnPolicyRunner(config, output_dir=tmp_path)
+    algorithm = runner.algorithm
+    if graph_tables:
+        algorithm.step_graphs = GraphedSteps(algorithm, capture=False)
+    steps, updates = HostReadGuard(), HostReadGuard()
+    try:
+        # The first round works out the plan cache's schedule on the CPU, once a run.
+        runner.train_iteration()
+        steps_before = algorithm.optimizer_steps
+        act, calls = algorithm.act, []
+        algorithm.act = lambda obs: calls.append(obs) or act(obs)
+        steps.around(algorithm, "act")
+        steps.around(algorithm, "process_env_step")
+        updates.around(algorithm, "_minibatch_step")
+        runner.train_iteration()
+    finally:
+        runner.close()
+    acted = len([read for read in steps.found if read in ACTIONS_BACK])
+    assert acted == len(calls) > 0  # one read a step
+    assert set(steps.found) <= ACTIONS_BACK | ENV_FLAGS
+    steps_taken = algorithm.optimizer_steps - steps_before
+    assert steps_taken > 0
+    expected = [read_per_update_step] * steps_taken if read_per_update_step else []
+    assert updates.found == expected
+
+
+def test_no_rlpd_update_round_reads_the_device_and_acting_reads_its_actions_alone(tmp_path):
+    config = _config(
+        tmp_path, "builtin_rlpd.yaml", "env.max_episode_steps=20",
+        "algorithm.rlpd.training_starts=40", "algorithm.rlpd.batch_size=16",
+    )  # fmt: skip
+    runner = RLPDRunner(config, output_dir=tmp_path)
+    algorithm = runner.algorithm
+    acting, rounds = HostReadGuard(), HostReadGuard()
+    acting.around(algorithm, "act")
+    rounds.around(algorithm.learner, "update")
+    try:
+        for _ in range(2):  # exploring, then acting and updating
+            runner.train_iteration()
+    finally:
+        runner.close()
+    assert algorithm.learner.updates > 0 and rounds.found == []
+    assert set(acting.found) == {("trainer/algorithms/rlpd_algorithm.py", "act")}
+
+
+def test_the_read_guard_sees_the_reads_that_sync_a_gpu():
+    guard = HostReadGuard()
+    values = torch.arange(3.0)
+    with guard:
+        values.sum().item(), values.tolist(), bool(values[0]), f"{values[1]:.1f}"
+        values.cpu(), float(values[2]), values + 1
+    assert len(guard.found) == 0  # this test's own reads are no trainer's
+
+    def read(tensor):
+        return float(tensor.sum())
+
+    read.__code__ = read.__code__.replace(co_filename=str(REPO / "trainer" / "read.py"))
+    with guard:
+        read(values)
+    assert guard.found == [("trainer/read.py", "read")]
 
 
 def test_device_keys_resolve_against_what_the_process_sees():

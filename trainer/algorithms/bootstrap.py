@@ -25,15 +25,21 @@ def bootstrap_timeouts(
     next_obs: torch.Tensor,
     critic: Critic,
     gamma: float,
+    to_device: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``rewards + γ·V(s_terminal)`` where ``timeouts``; ``s_terminal`` is the env's
     final observation when it gives one, else ``next_obs``. ``rewards`` is never
-    modified: without time-outs it is returned as is, else a changed copy."""
+    modified: without time-outs it is returned as is, else a changed copy.
+
+    The flags and observations are the env's, on the CPU, where looking at them costs
+    nothing; `rewards` and the critic's values may be on a GPU, where `to_device` takes
+    the timed-out rows and their indices (default: a plain copy to the rewards'
+    device), so that nothing is read back from it."""
     if not bool(timeouts.any()):
         return rewards
-    rewards = rewards.clone()
+    move = to_device or (lambda tensor: tensor.to(rewards.device))
+    index = timeouts.nonzero().squeeze(1)
     source = final_observation if final_observation is not None else next_obs
     with torch.no_grad():
-        values = critic(source[timeouts])
-    rewards[timeouts] += gamma * values.to(rewards.dtype)
-    return rewards
+        values = critic(move(source.index_select(0, index)))
+    return rewards.index_add(0, move(index), values.to(rewards.dtype), alpha=gamma)

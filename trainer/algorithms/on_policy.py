@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,7 +30,7 @@ from trainer.data.rollout_storage import (
     Trajectories,
     Transition,
 )
-from trainer.devices import HostToDevice, autocast
+from trainer.devices import HostToDevice, autocast, to_device_async
 from trainer.envs.vector_env import EnvStep
 from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
 from trainer.models.policy import GaussianChunkPolicy
@@ -74,6 +75,8 @@ class OnPolicySettings:
     rollout_cuda_graph: bool = True
 
 
+# The statistic that says whether a step's own rows weighed anything (see _minibatch_step).
+OWN_ROWS = "own_rows"
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
 
 
@@ -144,7 +147,6 @@ class OnPolicyAlgorithm(ABC):
         # it): decisions are made there with the weights of `policy_version`.
         self.decider: Decider | None = None
         self.policy_version = 0  # counts the policy's changes (updates, loads)
-        self._weightless_possible = True  # see update_rows
         self._buckets: GradientBuckets | None = None
         self.gradient_bucket_bytes = DEFAULT_CAP_BYTES
         # What the rollout computes with: the models themselves, or full copies of them
@@ -156,12 +158,12 @@ class OnPolicyAlgorithm(ABC):
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         params += list(self.critic.parameters()) if self.critic is not None else []
-        # One multi-tensor kernel per step instead of a loop over parameters (the CPU's
-        # default loop costs ~5% of a small-MLP update); fused on a GPU, and capturable
-        # (its step count on the device) where a graph replays it.
-        fused = self.device.type == "cuda"
+        # Fused on every device: one kernel per step (on the CPU a quarter of the
+        # multi-tensor loop's time), and the only Adam that can be told on the device to
+        # skip a step (`found_inf`, see _minibatch_step); capturable (its step count on
+        # the device) where a graph replays it.
         return torch.optim.Adam(
-            params, lr=self.settings.learning_rate, foreach=not fused, fused=fused,
+            params, lr=self.settings.learning_rate, fused=True,
             capturable=self.step_graphs is not None and self.step_graphs.capture,
         )  # fmt: skip
 
@@ -261,36 +263,35 @@ class OnPolicyAlgorithm(ABC):
         # the device), and its per-copy numbers cross in one copy, in `PER_COPY` order.
         done = step.done
         timeouts = step.truncated & ~step.terminated
-        reward = env_reward = step.reward.float()
-        if self.critic is not None and self.settings.bootstrap_timeouts:
-            reward = bootstrap_timeouts(
-                reward,
-                timeouts,
-                step.final_observation,
-                step.obs,
-                self._values_on_cpu,
-                self.settings.gamma,
-            )
+        env_reward = step.reward.float()
         intervened, held = step.intervened, step.held
         if intervened is None or held is None:  # an env without an operator or safety rules
             none = torch.zeros_like(done)
             intervened = none if intervened is None else intervened
             held = none if held is None else held
         columns = {
-            "reward": reward, "env_reward": env_reward, "executed_actions": step.executed_actions,
-            "done": done, "timeout": timeouts, "success": step.success,
-            "intervened": intervened, "held": held,
+            "reward": env_reward, "env_reward": env_reward,
+            "executed_actions": step.executed_actions, "done": done, "timeout": timeouts,
+            "success": step.success, "intervened": intervened, "held": held,
         }  # fmt: skip
         per_copy = self.to_device.stack("per_copy", tuple(columns[name] for name in PER_COPY))
+        if self.critic is not None and self.settings.bootstrap_timeouts:
+            # The time-out bootstrap, added on the device: nothing comes back per step.
+            reward = per_copy[PER_COPY.index("reward")]
+            bootstrapped = bootstrap_timeouts(
+                reward, timeouts, step.final_observation, step.obs, self._values,
+                self.settings.gamma, partial(to_device_async, device=self.device),
+            )  # fmt: skip
+            if bootstrapped is not reward:
+                reward.copy_(bootstrapped)
         self.storage.add(Transition(obs, draw.actions, draw.offsets, draw.log_prob, per_copy))
         self._pending = None
 
-    def _values_on_cpu(self, obs: torch.Tensor) -> torch.Tensor:
-        """The critic's values of CPU observations (the time-out bootstrap's), on the CPU."""
+    def _values(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's values of observations on the device (the time-out bootstrap's)."""
         assert self.acting_critic is not None
         with self.autocast():
-            values = self.acting_critic(obs.to(self.device))
-        return values.float().cpu()
+            return self.acting_critic(obs).float()
 
     def finish_round(
         self, task_id: int, init_state_index: torch.Tensor, group_index: torch.Tensor
@@ -366,11 +367,6 @@ class OnPolicyAlgorithm(ABC):
             # Without policy rows the advantages are left as they are (no sync to ask).
             normalized = (adv - mean) / (std + 1e-8)
             samples["advantage"] = torch.where(moments[2] > 0, normalized, adv)
-        # A minibatch may weigh nothing (an idle rank's, or one of masked groups only):
-        # it must then take no step. Only asked of the device where that can happen.
-        self._weightless_possible = self.collective.world_size > 1 or bool(
-            (samples["weight"] == 0).any()
-        )
         rows = PackedRows(samples)
         graphs = self._graphs_for_update()
         keys: list[str] = []
@@ -390,14 +386,17 @@ class OnPolicyAlgorithm(ABC):
                     early_stopped = True
                     break
                 updates += 1
-                if stats:  # summed as one tensor: one add a step, not one per statistic
-                    keys = keys or sorted(stats)
-                    packed = torch.stack([stats[key].float() for key in keys])
-                    sums = packed if sums is None else sums + packed
+                # Summed as one tensor, one add a step: the statistics of the steps on
+                # rows of this rank's own that weigh something (`OWN_ROWS`), and their count.
+                keys = keys or sorted(stats)
+                packed = torch.stack([stats[key].float() for key in keys])
+                packed = torch.where(stats[OWN_ROWS] > 0, packed, 0.0)
+                sums = packed if sums is None else sums + packed
             if early_stopped:
                 break
-        values = sums.tolist() if sums is not None else []
-        metrics = {key: value / max(updates, 1) for key, value in zip(keys, values, strict=True)}
+        totals = dict(zip(keys, sums.tolist(), strict=True)) if sums is not None else {}
+        counted = totals.pop(OWN_ROWS, 0.0)  # none: this rank has no statistics to report
+        metrics = {key: value / counted for key, value in totals.items()} if counted else {}
         metrics["losses/updates"] = float(updates)
         metrics["losses/early_stopped"] = float(early_stopped)
         if self.sharded:
@@ -409,20 +408,19 @@ class OnPolicyAlgorithm(ABC):
 
     def _graphs_for_update(self) -> GraphedSteps | None:
         """The step graphs where this update's steps take one path whatever their data:
-        one rank, no early stop, no minibatch that may weigh nothing (each of those asks
-        the device, which a replay cannot)."""
+        one rank and no early stop (which asks the device, as a replay cannot)."""
         graphs = self.step_graphs
         if graphs is None or self.collective.world_size > 1 or self.sharded:
             return None
-        if self.settings.target_kl is not None or self._weightless_possible:
-            return None
-        return graphs
+        return None if self.settings.target_kl is not None else graphs
 
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        """One gradient step; its statistics as tensors on the device. The
-        policy-gradient terms (surrogate, entropy, KL, clip fraction) weigh each row by
-        `policy_weight`, which leaves out the rows a human chose; the value loss takes
-        every row of the batch (`weight`)."""
+        """One gradient step; its statistics as tensors on the device, `OWN_ROWS` among
+        them (1 where this rank's rows weigh something, else 0: its statistics say
+        nothing). The policy-gradient terms (surrogate, entropy, KL, clip fraction) weigh
+        each row by `policy_weight`, which leaves out the rows a human chose; the value
+        loss takes every row of the batch (`weight`). None: stopped early (`target_kl`),
+        no step taken."""
         s = self.settings
         weight, policy_weight = mb["weight"], mb["policy_weight"]
         total = weight.sum()
@@ -449,9 +447,6 @@ class OnPolicyAlgorithm(ABC):
                 torch.cat([mine, total.detach().view(1)])
             )
             approx_kl = kl_sum / policy_rows.clamp(min=1e-8)
-        weightless_possible = self._weightless_possible or weight.numel() == 0
-        if weightless_possible and all_weight <= 0:
-            return {}
         if s.target_kl is not None and approx_kl > s.target_kl:
             return None
         against = -mb["advantage"]
@@ -466,6 +461,7 @@ class OnPolicyAlgorithm(ABC):
             "losses/entropy": entropy_mean.detach(),
             "losses/approx_kl": approx_kl,
             "losses/clip_fraction": clipped_sum / policy_rows.clamp(min=1e-8),
+            OWN_ROWS: (total > 0).float(),
         }
         if self.critic is not None:
             value_loss = self._value_loss(mb, total)
@@ -487,10 +483,13 @@ class OnPolicyAlgorithm(ABC):
             buckets.finish()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+        # A minibatch that weighs nothing on every rank (masked groups only) takes no
+        # step. The optimizer is told so on the device, as a GradScaler tells it of an
+        # overflow, so that neither the host nor a replayed graph has to read it back
+        # (the host's count of steps, for the step size's warmup, counts it all the same).
+        self.optimizer.found_inf = (all_weight <= 0).float()
         self.step_optimizer()
-        # A rank whose own rows weigh nothing stepped with the others but has no
-        # statistics of its own to report.
-        return {} if weightless_possible and not total > 0 else stats
+        return stats
 
     def _gradient_buckets(self) -> GradientBuckets | None:
         """The hooks that sum gradients across ranks (None for one rank), made for the

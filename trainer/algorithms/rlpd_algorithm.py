@@ -15,6 +15,7 @@ import torch
 from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
 from trainer.data.intervention_record import InterventionRecord
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
+from trainer.devices import to_device_async
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class RLPDAlgorithm:
         exploring, else the actor's."""
         if self.exploring():
             return random_actions(obs.shape[0], self.action_dim, self.generator)
-        return self.learner.actor.act(obs.to(self.device)).cpu()
+        return self.learner.actor.act(to_device_async(obs, self.device)).cpu()
 
     def update_means(self) -> dict[str, float]:
         """This iteration's update statistics averaged, read from the device at once."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import torch
 
+from trainer.devices import to_device_async
 from trainer.envs.vector_env import EnvStep
 
 Batch = dict[str, torch.Tensor]
@@ -57,7 +58,7 @@ class ReplayBuffer:
             rows = self.capacity
         positions = (self.cursor + torch.arange(rows, device=self.device)) % self.capacity
         for name, tensor in batch.items():
-            self.fields[name][positions] = tensor.to(self.device)
+            self.fields[name][positions] = to_device_async(tensor, self.device)
         self.cursor = (self.cursor + rows) % self.capacity
         self.size = min(self.capacity, self.size + rows)
         self.added += rows

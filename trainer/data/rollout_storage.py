@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from trainer.devices import to_device_async
+
 STEP_FIELDS = (
     "obs",
     "plan_obs",
@@ -362,7 +364,7 @@ class PackedRows:
         when there are fewer rows). Drawn on the CPU (`generator` is a CPU generator):
         the same shuffle on any device."""
         order = torch.randperm(self.count, generator=generator, device="cpu")
-        return torch.tensor_split(order.to(self.device), parts)
+        return torch.tensor_split(to_device_async(order, self.device), parts)
 
     def select(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         """The samples of `rows`."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.devices import to_device_async
 from trainer.models.interface import ChunkedPolicy
 
 
@@ -46,7 +47,8 @@ class ChunkDraw:
 
     def to(self, device: torch.device) -> ChunkDraw:
         """The same draw on `device` (a rollout worker's draws arrive on the CPU)."""
-        return ChunkDraw(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+        fields = (getattr(self, name) for name in self.__dataclass_fields__)
+        return ChunkDraw(*(to_device_async(field, device) for field in fields))
 
 
 @dataclass(frozen=True)

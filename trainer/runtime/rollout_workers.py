@@ -22,6 +22,7 @@ from torch import nn
 from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.config.env_shards import ROLLOUT
 from trainer.config.schema import ExperimentConfig
+from trainer.devices import to_device_async
 from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
 from trainer.models.trained_state import load_trained_state, trained_state
 from trainer.runtime.ray_calls import answer
@@ -89,7 +90,7 @@ class RolloutWorker:
         chunk = self.config.actor.model.num_action_chunks
         deciding = decide if self.graphs is None else self.graphs.decide
         # On the CPU both ways: the rank may compute elsewhere, or on no GPU.
-        draw = deciding(self.policy, self.cache, obs.to(self.device), chunk)
+        draw = deciding(self.policy, self.cache, to_device_async(obs, self.device), chunk)
         return draw.to(torch.device("cpu"))
 
     def device_metrics(self) -> dict[str, float]:

@@ -36,18 +36,24 @@ def _pair(cls, **settings):
     return plain, tabled, batch
 
 
+GRPO_SETTINGS = {"update_epochs": 2, "num_minibatches": 3, "group_size": 2, "with_critic": False}
+
+
 @pytest.mark.parametrize(
-    ("cls", "settings"),
+    ("cls", "settings", "masked"),
     [
-        (PPO, {"update_epochs": 3, "num_minibatches": 3, "entropy_coef": 0.01}),
-        (GRPO, {"update_epochs": 2, "num_minibatches": 3, "group_size": 2, "with_critic": False}),
+        (PPO, {"update_epochs": 3, "num_minibatches": 3, "entropy_coef": 0.01}, False),
+        (GRPO, GRPO_SETTINGS, False),
+        (GRPO, GRPO_SETTINGS, True),  # the group filter's masked groups weigh nothing
     ],
 )
-def test_steps_on_padded_fixed_tables_compute_what_plain_steps_do(cls, settings):
+def test_steps_on_padded_fixed_tables_compute_what_plain_steps_do(cls, settings, masked):
     plain, tabled, batch = _pair(cls, **settings)
     if cls is GRPO:  # groups that differ: advantages to learn from
         batch.episode_success[:] = torch.arange(40) % 4 == 0
         batch = plain.compute_returns(batch)
+    if masked:
+        batch = batch.with_loss_mask((torch.arange(40) // 2 % 3 != 0).float())
     assert batch.advantage.abs().sum() > 0
     rows = batch.training_samples()["weight"].shape[0]
     minibatch = rows // settings["num_minibatches"]
@@ -83,15 +89,34 @@ def test_padding_rows_weigh_nothing_even_when_they_copy_a_weighty_row():
 
 
 def test_the_tables_stand_aside_where_a_step_must_ask_the_device():
-    """An early stop, or a batch with weightless rows (a masked group), takes the plain
-    path: whether to step at all is read from the device there."""
+    """An early stop takes the plain path: whether to step at all is read from the
+    device there."""
     _, tabled, batch = _pair(PPO, update_epochs=2, num_minibatches=2, target_kl=1e9)
     tabled.update(batch)
     assert tabled.step_graphs.eager_steps == 0 and not tabled.step_graphs.steps
-    _, tabled, batch = _pair(PPO, update_epochs=2, num_minibatches=2)
-    batch.loss_mask[0] = 0
-    tabled.update(batch)
-    assert tabled.step_graphs.eager_steps == 0 and not tabled.step_graphs.steps
+
+
+def test_a_minibatch_that_weighs_nothing_takes_no_step_on_the_tables_either():
+    """Masked groups only: the optimizer is told on the device to skip the step, so a
+    replay skips it as an eager step does, and Adam's state stays as it was."""
+    _, tabled, batch = _pair(GRPO, **{**GRPO_SETTINGS, "num_minibatches": 2})
+    batch.episode_success[:] = torch.arange(40) % 4 == 0
+    batch = tabled.compute_returns(batch)
+    tabled.step_graphs.eager_steps = WARMUP_STEPS  # straight to the tables
+    first = _params(tabled)
+    tabled.update(batch)  # Adam has a state to keep, and the policy moved
+    assert not all(torch.equal(a, b) for a, b in zip(first, _params(tabled), strict=True))
+    before = _params(tabled), copy.deepcopy(tabled.optimizer.state_dict()["state"])
+    metrics = tabled.update(batch.with_loss_mask(torch.zeros(40)))
+    assert tabled.step_graphs.steps  # the steps ran on the tables
+    # Steps taken, no statistics: no rows of this update said anything.
+    assert set(metrics) == {"losses/updates", "losses/early_stopped", "policy/std"}
+    assert metrics["losses/updates"] == 4.0
+    assert all(torch.equal(a, b) for a, b in zip(before[0], _params(tabled), strict=True))
+    state = tabled.optimizer.state_dict()["state"]
+    for key, saved in before[1].items():
+        for name, tensor in saved.items():
+            assert torch.equal(tensor, state[key][name]), name
 
 
 def test_loading_a_checkpoint_forgets_the_tables_built_for_the_old_state():
