@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 NOT_ON_A_BARE_GPU_MACHINE = [
     "django", "channels", "celery", "redis", "psycopg", "ray", "websockets", "requests",
-    "scipy", "orjson", "transformers", "peft", "pyarrow", "av",
+    "scipy", "orjson", "transformers", "peft", "pyarrow", "av", "tensorboard", "PIL",
 ]  # fmt: skip
 IMPORT_BLOCKED = f"""
 import importlib.abc, sys
@@ -29,6 +29,22 @@ import tests.trainer.test_devices, tests.trainer.models.test_plan_cache
 import tests.trainer.algorithms.test_rlpd_learner
 print("imported")
 """
+# ... and `python -m trainer run` trains there and writes its metrics: two PPO
+# iterations of the CPU suite's.
+LEARN_BLOCKED = IMPORT_BLOCKED.replace(
+    'print("imported")',
+    f"""
+import tempfile
+from pathlib import Path
+from trainer.commands.run import run
+folder = Path(tempfile.mkdtemp())
+status = run([str(Path({str(REPO)!r}) / "examples" / "builtin_ppo.yaml"), "runner.iterations=2",
+              "runner.progress=false", "env.num_parallel_envs=4", "algorithm.data_batch_size=4",
+              f"runner.output_dir={{folder}}"])
+print(status, len((folder / "metrics.jsonl").read_text().splitlines()),
+      (folder / "tensorboard").exists())
+""",
+)
 
 
 def test_the_gpu_check_imports_nothing_a_bare_cuda_machine_lacks():
@@ -36,3 +52,11 @@ def test_the_gpu_check_imports_nothing_a_bare_cuda_machine_lacks():
         [sys.executable, "-c", IMPORT_BLOCKED], capture_output=True, text=True, timeout=120
     )
     assert done.stdout.strip() == "imported", done.stderr[-2000:]
+
+
+def test_a_run_on_a_bare_cuda_machine_trains_and_logs_without_tensorboard():
+    done = subprocess.run(
+        [sys.executable, "-c", LEARN_BLOCKED], capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout.strip().endswith("0 2 False"), done.stderr[-2000:]
+    assert "no tensorboard/ folder for this run" in done.stderr

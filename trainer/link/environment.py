@@ -84,14 +84,14 @@ def link_from_env(environ: Mapping[str, str] | None = None, run_folder: Path | N
 
     With `run_folder` (and the attempt's spool key), messages are spooled to its
     link-spool/ until acknowledged."""
-    # Here, not at the top: a trainer without a control plane (a bare GPU machine
-    # running tests/gpu) needs no WebSocket client.
-    from trainer.link.client import DEFAULT_FLUSH_TIMEOUT_S, TrainerLink
-
     environ = os.environ if environ is None else environ
     values = {name: environ.get(name, "").strip() for name in LINK_VARIABLES}
     if not any(values.values()):
         return NullLink()
+    # Here, not at the top: a trainer without a control plane (a bare GPU machine
+    # running tests/gpu) needs no WebSocket client.
+    from trainer.link.client import DEFAULT_FLUSH_TIMEOUT_S, TrainerLink
+
     missing = [name for name, value in values.items() if not value]
     if missing:
         log.warning("link disabled: %s not set", ", ".join(missing))

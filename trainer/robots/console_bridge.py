@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from PIL import Image
-
 from trainer.envs.teleop import TeleopRefused, TeleopSource
 from trainer.link.console_messages import (
     Applied,
@@ -252,6 +250,8 @@ class ConsoleBridge:
 
     def _frames(self, robot: int, shown: list[str]) -> list[Frame]:
         """The frames of the cameras consoles show (none chosen: the robot's first)."""
+        from PIL import Image  # only where a console watches a camera
+
         names = shown or self.robots[robot].camera_names()[:1]
         frames = []
         for camera, pixels in self.robots[robot].read_cameras(names).items():

@@ -119,17 +119,19 @@ class TrainingLoop(ABC):
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / "config.yaml").write_text(dump_config(self.config))
             self.metrics_log.truncate_after(self.iteration)
-            tensorboard = TensorBoardLog(self.output_dir, resume_from=self.iteration)
+            tensorboard = TensorBoardLog.open(self.output_dir, resume_from=self.iteration)
         try:
-            return self._iterate(should_stop, tensorboard)
+            return self._iterate(should_stop, writes, tensorboard)
         finally:
             if tensorboard is not None:
                 tensorboard.close()
 
     def _iterate(
-        self, should_stop: Callable[[], bool] | None, tensorboard: TensorBoardLog | None
+        self,
+        should_stop: Callable[[], bool] | None,
+        writes: bool,
+        tensorboard: TensorBoardLog | None,
     ) -> list[dict[str, float]]:
-        writes = tensorboard is not None
         total = self.config.runner.iterations
         shows_progress = writes and self.config.runner.progress
         progress = ProgressBar(total, start=self.iteration) if shows_progress else None
@@ -140,7 +142,8 @@ class TrainingLoop(ABC):
             history.append(metrics)
             if writes:
                 self.metrics_log.append(self.iteration, metrics)
-                tensorboard.append(self.iteration, metrics)
+                if tensorboard is not None:
+                    tensorboard.append(self.iteration, metrics)
                 if self.on_metrics is not None:
                     self.on_metrics(self.iteration, metrics)
                 if self.on_episodes is not None and self.episode_rates:
