@@ -87,9 +87,8 @@ def _reads(func, args, kwargs) -> bool:
         index = args[1] if isinstance(args[1], tuple) else (args[1],)
         return any(isinstance(part, torch.Tensor) and part.dtype == torch.bool for part in index)
     if name == "repeat_interleave":  # its output's size, unless told
-        return isinstance(args[1] if len(args) > 1 else kwargs.get("repeats"), torch.Tensor) and (
-            kwargs.get("output_size") is None
-        )
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+        return isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None
     return False
 
 

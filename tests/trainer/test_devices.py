@@ -86,8 +86,6 @@ def test_an_rlpd_iteration_makes_no_tensor_off_the_device(tmp_path, precision):
 ACTIONS_BACK = {("trainer/algorithms/on_policy.py", "act")}
 # Reads of what the envs give on the CPU, where they are read at no cost.
 ENV_FLAGS = {("trainer/algorithms/bootstrap.py", "bootstrap_timeouts")}
-
-
 PPO_SMALL = ["env.num_parallel_envs=8", "algorithm.data_batch_size=16"]
 # The early stop: whether the KL allows the step is read before each step.
 EARLY_STOP = ("trainer/algorithms/on_policy.py", "_minibatch_step")
@@ -168,13 +166,17 @@ def test_the_read_guard_sees_the_reads_that_sync_a_gpu():
         values.cpu(), float(values[2]), values + 1
     assert len(guard.found) == 0  # this test's own reads are no trainer's
 
-    def read(tensor):
+    def read(tensor):  # as if the trainer's code: each line a sync on a GPU
+        tensor[tensor > 0]  # a boolean mask's rows: how many, the host must learn
+        tensor.nonzero()
+        tensor.repeat_interleave(tensor.long())
+        tensor.repeat_interleave(tensor.long(), output_size=3)  # told: no read
         return float(tensor.sum())
 
     read.__code__ = read.__code__.replace(co_filename=str(REPO / "trainer" / "read.py"))
     with guard:
         read(values)
-    assert guard.found == [("trainer/read.py", "read")]
+    assert guard.found == [("trainer/read.py", "read")] * 4
 
 
 def test_device_keys_resolve_against_what_the_process_sees():
