@@ -21,7 +21,9 @@
   (``algorithm.rlpd.cuda_graph: false``).
 
 Each part also prints the ops its eager run and the floor dispatch (views left out):
-on a GPU each is a kernel launch, what a graph replays without Python.
+on a GPU each is a kernel launch, what a graph replays without Python; and how often
+one call made the host wait for the GPU (syncs: a rollout step's actions coming back
+is one).
 
 It imports only torch, numpy and the trainer's small dependencies (pydantic,
 ruamel.yaml): it runs from a copy of the repo on a CUDA machine without the control
@@ -36,6 +38,7 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,6 +101,21 @@ def ops(run: Callable[[], object]) -> int:
     with Count() as count:
         run()
     return count.computed
+
+
+def syncs(run: Callable[[], object], device: torch.device) -> str:
+    """How often one call of `run` made the host wait for the GPU (a sync: a read of a
+    value, a plain copy between host and GPU), as torch's sync debug mode counts them."""
+    if device.type != "cuda":
+        return "n/a (no GPU)"
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return str(sum("synchronizing" in str(warning.message) for warning in caught))
 
 
 def result(name: str, ours_s: float, floor_s: float, device_name: str, target: str) -> None:
@@ -358,6 +376,7 @@ def main() -> int:
     ours_s, floor_s = median_pair(ours, floor, device, args.repeats)
     result("gpu_ppo_update", ours_s, floor_s, name, ">= 0.9")
     print(f"gpu_ppo_update step graphs: {graphs_captured(ours)}")
+    print(f"gpu_ppo_update syncs: ours {syncs(ours, device)}, floor {syncs(floor, device)}")
     ours_s, floor_s = median_pair(our_ppo(device, data, "bf16"), floor, device, args.repeats)
     result("gpu_ppo_update_bf16", ours_s, floor_s, name, "(fp32 floor)")
     eager = our_ppo(device, data, "fp32", cuda_graph=False)
@@ -368,12 +387,16 @@ def main() -> int:
     ours_s, floor_s = median_pair(ours, floor, device, args.repeats)
     result("gpu_rollout", ours_s, floor_s, name, ">= 0.9")
     print(f"gpu_rollout decision graphs: {decisions_captured(ours)}")
+    print(f"gpu_rollout syncs ({ROLLOUT_STEPS} steps): ours {syncs(ours, device)}, "
+          f"floor {syncs(floor, device)}")  # fmt: skip
     eager, floor = rollout_pair(device, cuda_graph=False)
     ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
     result("gpu_rollout_eager", ours_s, floor_s, name, "(rollout.cuda_graph=false)")
     print(f"gpu_rollout ops (eager, env included): ours {ops(eager)}, floor {ops(floor)}")
-    ours_s, floor_s = median_pair(*rlpd_pair(device), device, args.repeats)
+    ours, floor = rlpd_pair(device)
+    ours_s, floor_s = median_pair(ours, floor, device, args.repeats)
     result("gpu_rlpd_updates", ours_s, floor_s, name, ">= 0.7")
+    print(f"gpu_rlpd_updates syncs ({RLPD_ROUNDS} rounds): ours {syncs(ours, device)}")
     eager, floor = rlpd_pair(device, cuda_graph=False)
     ours_s, floor_s = median_pair(eager, floor, device, args.repeats)
     result("gpu_rlpd_updates_eager", ours_s, floor_s, name, "(cuda_graph=false)")
