@@ -303,15 +303,13 @@ def rlpd_pair(device: torch.device, cuda_graph: bool = True):
             "reward": (torch.rand(rows) < 0.1).float(), "next_obs": torch.randn(rows, OBS_DIM),
             "terminal": torch.rand(rows) < 0.05, "intervened": torch.zeros(rows, dtype=torch.bool),
         })  # fmt: skip
-    sampler = MixedSampler(online, demo, RLPD_BATCH)
+    sampler = MixedSampler(online, demo, RLPD_BATCH, fields=learner.fields)
     # Where the buffers are, as RLPDAlgorithm draws: a CPU generator's rows would cross
     # to the GPU each batch, a copy that waits for the update in flight.
     generator = torch.Generator(device).manual_seed(0)
 
     def sample() -> dict[str, torch.Tensor]:
-        batch = sampler.sample(generator)
-        batch.pop("from_demo")
-        return batch
+        return sampler.sample(generator)
 
     def ours() -> None:
         for _ in range(RLPD_ROUNDS):

@@ -136,15 +136,9 @@ def test_camera_frames_stay_uint8_in_gpu_buffers_and_train_the_cnn():
     }  # fmt: skip
     add_transitions(online, demo, rows)
     assert online.fields["obs"].dtype == torch.uint8 and online.fields["obs"].is_cuda
-    sampler = MixedSampler(online, demo, 32)
+    sampler = MixedSampler(online, demo, 32, fields=learner.fields)
     generator = torch.Generator().manual_seed(0)
-
-    def sample():
-        batch = sampler.sample(generator)
-        batch.pop("from_demo")
-        return batch
-
-    metrics = learner.update(sample)
+    metrics = learner.update(lambda: sampler.sample(generator))
     assert metrics["rlpd/critic_loss"].is_cuda and learner.updates == 2
 
 

@@ -28,6 +28,8 @@ from trainer.devices import autocast
 from trainer.models.encoders import build_encoder
 
 Batch = dict[str, torch.Tensor]
+# What an update reads of a batch (a sampler gathers nothing else).
+LEARNER_FIELDS = ("obs", "action", "reward", "next_obs", "terminal")
 LOG_STD_RANGE = (-5.0, 2.0)
 
 
@@ -209,6 +211,8 @@ class TanhGaussianActor(nn.Module):
 
 class RLPDLearner:
     """The networks, their optimisers and the update schedule."""
+
+    fields = LEARNER_FIELDS
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
+from trainer.algorithms.rlpd import LEARNER_FIELDS, RLPDLearner, RLPDSettings
 from trainer.data.intervention_record import InterventionRecord
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
 from trainer.devices import to_device_async
@@ -58,8 +58,9 @@ class RLPDAlgorithm:
         # The operators' transitions as they were made, whatever the demo buffer keeps.
         self.interventions = InterventionRecord()
         self.sampler = MixedSampler(
-            self.online, self.demo, rlpd.batch_size, rlpd.demo_fraction, rlpd.training_starts
-        )
+            self.online, self.demo, rlpd.batch_size, rlpd.demo_fraction, rlpd.training_starts,
+            fields=LEARNER_FIELDS,
+        )  # fmt: skip
         self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
         self._online_only = False  # the last state of the sampler the log was told
         # Each update round's statistics, tensors on the device until the iteration
@@ -111,9 +112,7 @@ class RLPDAlgorithm:
         self.update_seconds += time.monotonic() - started
 
     def _sample(self) -> dict[str, torch.Tensor]:
-        batch = self.sampler.sample(self.batch_generator)
-        batch.pop("from_demo")
-        return batch
+        return self.sampler.sample(self.batch_generator)
 
     def _note_demo_share(self) -> None:
         """Say in the log when updates draw from the online buffer alone for want of

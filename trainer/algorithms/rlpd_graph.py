@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from trainer.algorithms.rlpd import RLPDLearner
 
 Batch = dict[str, torch.Tensor]
-# What a round reads of a batch.
-INPUTS = ("obs", "action", "reward", "next_obs", "terminal")
 WARMUP_ROUNDS = 3
 
 
@@ -62,7 +60,8 @@ class GraphedRound:
         return on_side_stream(self.side_stream, lambda: self.learner.round(batches))
 
     def _capture(self, batches: list[Batch]) -> None:
-        inputs = [{name: batch[name].clone() for name in INPUTS} for batch in batches]
+        fields = self.learner.fields
+        inputs = [{name: batch[name].clone() for name in fields} for batch in batches]
         updates = self.learner.updates  # capturing runs the Python, not the kernels
         try:
             graph = capture_stats(lambda: self.learner.round(inputs), "rlpd's update round")

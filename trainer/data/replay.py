@@ -114,7 +114,10 @@ class MixedSampler:
     buffer, in exact counts (RLPD's 50/50 by default): even when online data outnumber
     the demos a thousand to one, every update sees successful behaviour. While the demo
     buffer is empty (no demo file, no intervention yet) whole batches come from the
-    online buffer, as RLPD without prior data is soft actor-critic (`online_only`)."""
+    online buffer, as RLPD without prior data is soft actor-critic (`online_only`).
+
+    `fields`: the fields a batch holds (the learner's), none other gathered; by default
+    every field, and `from_demo` saying which rows came from the demo buffer."""
 
     def __init__(
         self,
@@ -123,10 +126,12 @@ class MixedSampler:
         batch_size: int,
         demo_fraction: float = 0.5,
         training_starts: int = 0,
+        fields: tuple[str, ...] | None = None,
     ) -> None:
         if not 0.0 <= demo_fraction <= 1.0:
             raise ValueError(f"demo_fraction: must be between 0 and 1, not {demo_fraction}")
         self.online, self.demo = online, demo
+        self.fields = fields
         self.demo_rows = round(batch_size * demo_fraction)
         self.online_rows = batch_size - self.demo_rows
         self.training_starts = training_starts
@@ -148,7 +153,7 @@ class MixedSampler:
         return 0.0 if self.online_only else self.demo_rows / (self.online_rows + self.demo_rows)
 
     def sample(self, generator: torch.Generator | None = None) -> Batch:
-        """Online rows first, then demo rows; `from_demo` says which is which."""
+        """Online rows first, then demo rows."""
         online_rows, demo_rows = self.online_rows, self.demo_rows
         if self.online_only:
             online_rows, demo_rows = online_rows + demo_rows, 0
@@ -163,20 +168,28 @@ class MixedSampler:
                 f"the demo buffer's fields {sorted(self.demo.fields)} differ from the "
                 f"online buffer's {sorted(fields)}"
             )
+        names = self.fields or tuple(fields)
+        missing = [name for name in names if name not in fields]
+        if missing:
+            raise ValueError(
+                f"the buffers hold no field {missing[0]!r}: they hold {sorted(fields)}"
+            )
         batch_size = online_rows + demo_rows
         # Each buffer's rows are gathered straight into their half of the batch: no
         # intermediate tensors to concatenate.
         batch = {
-            name: torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype, device=t.device)
-            for name, t in fields.items()
+            name: fields[name].new_empty((batch_size, *fields[name].shape[1:])) for name in names
         }
         start = 0
         for buffer, rows in parts:
             index = buffer.random_rows(rows, generator)
-            for name, tensor in buffer.fields.items():
-                torch.index_select(tensor, 0, index, out=batch[name][start : start + rows])
+            for name in names:
+                out = batch[name][start : start + rows]
+                torch.index_select(buffer.fields[name], 0, index, out=out)
             start += rows
-        batch["from_demo"] = torch.arange(batch_size, device=self.online.device) >= online_rows
+        if self.fields is None:
+            device = self.online.device
+            batch["from_demo"] = torch.arange(batch_size, device=device) >= online_rows
         return batch
 
 

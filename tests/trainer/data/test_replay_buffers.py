@@ -72,6 +72,18 @@ def test_each_batch_has_exactly_the_demo_share(batch_size, fraction, demo_rows):
         assert bool((batch["id"][~batch["from_demo"]] < 5_000).all())
 
 
+def test_a_sampler_told_its_fields_gathers_those_alone_and_the_same_rows():
+    online, demo = ReplayBuffer(100), ReplayBuffer(10)
+    online.add(transitions(0, 50))
+    demo.add(transitions(100_000, 5))
+    every = MixedSampler(online, demo, 8).sample(torch.Generator().manual_seed(2))
+    ids = MixedSampler(online, demo, 8, fields=("id",)).sample(torch.Generator().manual_seed(2))
+    assert set(every) == {*transitions(0, 1), "from_demo"} and set(ids) == {"id"}
+    assert torch.equal(ids["id"], every["id"])
+    with pytest.raises(ValueError, match=r"the buffers hold no field 'next_obs'"):
+        MixedSampler(online, demo, 8, fields=("id", "next_obs")).sample()
+
+
 def test_buffers_with_different_fields_cannot_be_mixed():
     online, demo = ReplayBuffer(10), ReplayBuffer(10)
     online.add(transitions(0, 4))
