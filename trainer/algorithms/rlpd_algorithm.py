@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trainer.algorithms.rlpd import LEARNER_FIELDS, RLPDLearner, RLPDSettings
+from trainer.algorithms.rlpd import RLPDLearner, RLPDSettings
 from trainer.data.intervention_record import InterventionRecord
 from trainer.data.replay import MixedSampler, ReplayBuffer, add_transitions
 from trainer.devices import to_device_async
@@ -59,7 +59,7 @@ class RLPDAlgorithm:
         self.interventions = InterventionRecord()
         self.sampler = MixedSampler(
             self.online, self.demo, rlpd.batch_size, rlpd.demo_fraction, rlpd.training_starts,
-            fields=LEARNER_FIELDS,
+            fields=self.learner.fields,
         )  # fmt: skip
         self.owed_updates = 0.0  # update rounds the steps taken so far have paid for
         self._online_only = False  # the last state of the sampler the log was told
