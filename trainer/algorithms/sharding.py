@@ -18,16 +18,24 @@ parts it needs.
 from __future__ import annotations
 
 import copy
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor, distribute_tensor
+
+from trainer.algorithms.shard_reading import (
+    SafeLoadPlanner,
+    SafeShardReader,
+)
+from trainer.checkpoint_errors import UnreadableCheckpoint
 
 # Methods the update calls instead of forward(): FSDP gathers a module's shards around
 # forward() only, unless told of the others.
@@ -89,7 +97,18 @@ def load_shards(models: nn.Module, optimizer: torch.optim.Optimizer, folder: Pat
     models sharded or not (a collective where there is a process group)."""
     model_state, optimizer_state = get_state_dict(models, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=folder)
+    # Read without unpickling anything but the format's records and plain data: a run
+    # folder's shards may be read by others than the job that wrote them.
+    reader = SafeShardReader(folder)
+    try:
+        reader.read_metadata()  # first here, where a refusal is not wrapped by dcp's
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner())
+    except (OSError, EOFError, pickle.UnpicklingError) as error:
+        raise UnreadableCheckpoint(f"the shards in {folder} cannot be loaded: {error}") from None
+    except CheckpointException as error:  # a BaseException: said here as a ValueError
+        failure = next(iter(error.failures.values()))[0]
+        first = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+        raise UnreadableCheckpoint(f"the shards in {folder} cannot be loaded: {first}") from None
     set_state_dict(
         models, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )

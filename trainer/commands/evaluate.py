@@ -21,7 +21,12 @@ from trainer.envs.vector_env import VectorEnv
 from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
 from trainer.link.reporter import EvalReporter, report_failure, run_link
 from trainer.runner.build import build_components, compute_device
-from trainer.runner.checkpoints import NoCheckpoint, find_checkpoint, load_checkpoint
+from trainer.runner.checkpoints import (
+    NoCheckpoint,
+    UnreadableCheckpoint,
+    find_checkpoint,
+    load_checkpoint,
+)
 from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
@@ -121,7 +126,7 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
             ProcessReport.here("actor", 0, 0).to_json(),
         )  # fmt: skip
         evaluated = _policy_and_env(config, state)
-    except (NoCheckpoint, ConfigError) as error:
+    except (NoCheckpoint, UnreadableCheckpoint, ConfigError) as error:
         return _refused(error, reporter)
     policy, env, task_ids, horizons, chunk = evaluated
     try:

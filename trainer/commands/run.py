@@ -26,6 +26,7 @@ from trainer.link.environment import LINK_VARIABLES, Link
 from trainer.link.reporter import RunReporter, report_failure, run_link
 from trainer.models.card import model_card
 from trainer.runner.build import compute_device
+from trainer.runner.checkpoints import UnreadableCheckpoint
 from trainer.runner.loop import NothingToResumeError, has_checkpoint, run_folder
 from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.stop_request import StopRequest
@@ -154,7 +155,7 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         print(f"placement error in {args.config}: {error}", file=sys.stderr)
         report_failure(link, error)
         return EXIT_BAD_CONFIG
-    except NothingToResumeError as error:
+    except (NothingToResumeError, UnreadableCheckpoint) as error:
         print(f"cannot resume: {error}", file=sys.stderr)
         report_failure(link, error)
         return EXIT_BAD_CONFIG

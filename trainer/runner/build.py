@@ -27,7 +27,12 @@ from trainer.models.encoders import build_encoder
 from trainer.models.interface import ChunkedPolicy
 from trainer.models.policy import GaussianChunkPolicy
 from trainer.models.trained_state import load_policy_checkpoint
-from trainer.runner.checkpoints import NoCheckpoint, find_checkpoint, load_checkpoint
+from trainer.runner.checkpoints import (
+    NoCheckpoint,
+    UnreadableCheckpoint,
+    find_checkpoint,
+    load_checkpoint,
+)
 from trainer.runner.interventions import RobotSlice, with_interventions
 
 
@@ -237,9 +242,9 @@ def start_policy_from(algorithm: OnPolicyAlgorithm, where: Path) -> None:
         )
     try:
         path = find_checkpoint(where)
-    except NoCheckpoint as error:
+        saved = load_checkpoint(path).get("algorithm", {})
+    except (NoCheckpoint, UnreadableCheckpoint) as error:
         raise ConfigError.single("actor.model.init_from", str(error)) from None
-    saved = load_checkpoint(path).get("algorithm", {})
     if "policy" not in saved:
         raise ConfigError.single(
             "actor.model.init_from", f"{path} holds no full policy (a sharded or RLPD checkpoint)"

@@ -5,13 +5,18 @@ per iteration that the file names."""
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainer.checkpoint_errors import UnreadableCheckpoint
+
 _NAME = re.compile(r"iter_(\d+)\.pt$")
+# How torch names what a weights-only load refused.
+_UNSUPPORTED = re.compile(r"[Uu]nsupported (?:global: )?GLOBAL (\S+)")
 
 
 def checkpoint_path(directory: Path, iteration: int) -> Path:
@@ -41,17 +46,36 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    # weights_only=False: the state holds RNG states and plain dicts we wrote ourselves.
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    algorithm = state.get("algorithm")
-    if isinstance(algorithm, dict) and "shards" in algorithm:  # named beside the file
-        algorithm["shards"] = str(path.parent / algorithm["shards"])
-    return state
-
-
 class NoCheckpoint(ValueError):
     pass
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The state `save_checkpoint` wrote, read as tensors and plain data only: a run
+    folder is written by a job and read by others (an evaluation, a run that starts
+    from its policy), and unpickling anything else could run code it planted."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
+        text = str(error)
+        named = _UNSUPPORTED.search(text)
+        if named:
+            raise UnreadableCheckpoint(
+                f"{path} holds objects other than tensors and plain data ({named.group(1)}); "
+                "loading them could run code, so it is refused"
+            ) from None
+        # torch's own words for a weights-only failure are advice to load it unsafely.
+        reason = "" if isinstance(error, pickle.UnpicklingError) else f": {text.splitlines()[0]}"
+        raise UnreadableCheckpoint(f"{path} is not a readable checkpoint{reason}") from None
+    if not isinstance(state, dict):
+        raise UnreadableCheckpoint(f"{path} is not a checkpoint (it holds no state dict)")
+    algorithm = state.get("algorithm")
+    if isinstance(algorithm, dict) and "shards" in algorithm:  # named beside the file
+        name = algorithm["shards"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise UnreadableCheckpoint(f"{path} names its shards {name!r}, not a folder beside it")
+        algorithm["shards"] = str(path.parent / name)
+    return state
 
 
 def find_checkpoint(where: Path) -> Path:
