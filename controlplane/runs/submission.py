@@ -6,7 +6,11 @@ between stops the job that was just created, so no job runs for a cancelled run.
 """
 
 import shlex
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -32,13 +36,14 @@ def submit(run_id: int) -> Run:
         if run.state == RunState.QUEUED:
             run = transition(run.pk, RunState.SUBMITTING)
         Run.objects.filter(pk=run.pk).update(job_ended=False)
-    started = ray_jobs.submit(
-        run.submission_id,
-        entrypoint=entrypoint(run),
-        runtime_env=runtime_env(run),
-        metadata={"armature_run": str(run.pk), "attempt": str(run.attempt),
-                  "experiment": run.experiment.name},
-    )  # fmt: skip
+    with job_folder(run) as working_dir:
+        started = ray_jobs.submit(
+            run.submission_id,
+            entrypoint=entrypoint(run),
+            runtime_env=runtime_env(run, working_dir),
+            metadata={"armature_run": str(run.pk), "attempt": str(run.attempt),
+                      "experiment": run.experiment.name},
+        )  # fmt: skip
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         Run.objects.filter(pk=run.pk).update(ray_job_id=run.submission_id, job_ended=False)
@@ -74,23 +79,42 @@ def entrypoint(run: Run) -> str:
     return shlex.join(command)
 
 
-def runtime_env(run: Run) -> dict:
-    """The job's files and environment: its frozen config, the trainer code, and what
-    the trainer needs to report back (the control plane's URL and the attempt's token)."""
-    job_dir = settings.VAR_DIR / "jobs" / str(run.pk)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "config.yaml").write_text(run.config_yaml)
+@contextmanager
+def job_folder(run: Run) -> Iterator[Path]:
+    """A new folder holding the run's frozen config, for Ray to upload as the job's
+    working directory; removed once submitted (Ray keeps its own copy). New at every
+    submission, under a name no one can guess in advance, so nothing planted beforehand
+    (a file, a link, a module the job would import first) is ever uploaded with it."""
+    root = settings.VAR_DIR / "jobs"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"run-{run.pk}-", dir=root))
+    try:
+        (folder / "config.yaml").write_text(run.config_yaml)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def runtime_env(run: Run, working_dir: Path) -> dict:
+    """The job's files and environment: its frozen config (in `working_dir`), the
+    trainer code, and `job_environment`."""
     return {
-        "working_dir": str(job_dir),
+        "working_dir": str(working_dir),
         "py_modules": [str(TRAINER_DIR)],
-        "env_vars": {
-            "ARMATURE_URL": settings.ARMATURE_WEB_URL,
-            "ARMATURE_RUN_ID": str(run.pk),
-            "ARMATURE_RUN_TOKEN": make_run_token(run.pk, run.attempt),
-            "ARMATURE_RUN_ATTEMPT": str(run.attempt),
-            "ARMATURE_SPOOL_KEY": make_spool_key(run.pk, run.attempt),
-            # Between Ray's SIGTERM and its SIGKILL when the job is stopped: time for the
-            # trainer to finish its iteration and save a checkpoint to resume from.
-            "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
-        },
+        "env_vars": job_environment(run),
+    }
+
+
+def job_environment(run: Run) -> dict[str, str]:
+    """What the trainer needs to report back: the control plane's URL and the
+    attempt's token and spool key."""
+    return {
+        "ARMATURE_URL": settings.ARMATURE_WEB_URL,
+        "ARMATURE_RUN_ID": str(run.pk),
+        "ARMATURE_RUN_TOKEN": make_run_token(run.pk, run.attempt),
+        "ARMATURE_RUN_ATTEMPT": str(run.attempt),
+        "ARMATURE_SPOOL_KEY": make_spool_key(run.pk, run.attempt),
+        # Between Ray's SIGTERM and its SIGKILL when the job is stopped: time for the
+        # trainer to finish its iteration and save a checkpoint to resume from.
+        "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),
     }

@@ -210,3 +210,30 @@ def test_two_runs_of_the_same_config_keep_separate_complete_outputs(live):
         download = api.get(f"/api/v1/runs/{run.pk}/artifacts/metrics.jsonl")
         assert b"".join(download.streaming_content) == (folder / "metrics.jsonl").read_bytes()
         assert api.get(f"/api/v1/runs/{run.pk}/artifacts/../../secret_key").status_code == 404
+
+
+def test_a_job_folder_planted_before_submission_is_never_used(live, settings, tmp_path):
+    """Job folders are new at every submission: what another job (or anyone) left at
+    the run's old path (a module run before ours, a link the config would be written
+    through) is neither uploaded nor written through, and nothing stays behind."""
+    stack, api = live
+    stack.stop_worker()  # the test drives the services itself
+    run_id = api.post(
+        "/api/v1/runs", {"experiment": "demo", "overrides": ["runner.iterations=2"]}, format="json"
+    ).json()["id"]
+    marker, victim = tmp_path / "planted-ran", tmp_path / "victim"
+    victim.write_text("untouched")
+    planted = settings.VAR_DIR / "jobs" / str(run_id)
+    (planted / "trainer").mkdir(parents=True)
+    (planted / "trainer" / "__main__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (planted / "config.yaml").symlink_to(victim)
+    submission.submit(run_id)
+    run = Run.objects.get(pk=run_id)
+    wait_until(lambda: ray_jobs.state(run.submission_id).status in {"SUCCEEDED", "FAILED"},
+               240, "the job to end", 0.5)  # fmt: skip
+    assert ray_jobs.state(run.submission_id).status == "SUCCEEDED"
+    assert not marker.exists() and victim.read_text() == "untouched"
+    metrics = (artifacts.run_artifact_dir(run_id) / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in metrics] == [1, 2]
+    left = [p.name for p in (settings.VAR_DIR / "jobs").iterdir() if p.name != str(run_id)]
+    assert not [name for name in left if name.startswith(f"run-{run_id}-")]

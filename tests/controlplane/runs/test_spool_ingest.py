@@ -55,7 +55,7 @@ def spool_file(run: Run, attempt: int = 1):
 def honest_trainer(run: Run, iterations: int = 3, keys: int = 3) -> None:
     """What a trainer launched for the run's attempt leaves when the control plane is
     away: its link, from the job's own environment, spools every message."""
-    environ = {**submission.runtime_env(run)["env_vars"],
+    environ = {**submission.job_environment(run),
                "ARMATURE_URL": f"http://127.0.0.1:{free_port()}"}  # fmt: skip
     link = link_from_env(environ, run_folder=run_artifact_dir(run.pk))
     link.event("started", {"iterations": iterations})
