@@ -31,10 +31,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from trainer.algorithms.shard_reading import (
-    SafeLoadPlanner,
-    SafeShardReader,
-)
+from trainer.algorithms.shard_reading import SafeLoadPlanner, SafeShardReader
 from trainer.checkpoint_errors import UnreadableCheckpoint
 
 # Methods the update calls instead of forward(): FSDP gathers a module's shards around
