@@ -194,7 +194,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             found = artifacts.open_artifact(self.get_object().pk, path)
         except artifacts.ArtifactNotFound:
             raise Http404(f"run {pk} has no file {path!r}") from None
-        return FileResponse(found, as_attachment=True, filename=path.rpartition("/")[2])
+        return artifacts.download_response(found, path)
 
     @extend_schema(parameters=[EventsQuery])
     @action(detail=True, methods=["get"])

@@ -8,7 +8,9 @@ update swaps only what changed; inside the header, which changes with every prog
 the controls keep their elements (hx-preserve, runs/_run_header.html). JSON frames
 (`{"type": "metrics" | "progress", ...}`) are for the page's charts
 (frontend/static/armature/run_page.js), which take them before htmx sees them; they
-carry the stored message as broadcast by runs.telemetry.broadcast_messages.
+carry the stored message as broadcast by runs.telemetry.broadcast_messages. Only a
+training run's page has that script: an eval run's page gets fragments alone, since
+htmx would take a JSON frame for HTML to swap.
 """
 
 import json
@@ -19,7 +21,7 @@ from django.template.loader import render_to_string
 
 from controlplane.access.sockets import GuardedConsumer
 from controlplane.realtime.groups import RUNS_LIST, run_group
-from controlplane.runs.models import Run
+from controlplane.runs.models import Run, RunKind
 from controlplane.runs.run_page import fragment_digest, live_fragments, parse_seen
 from controlplane.runs.selectors import with_figures
 
@@ -36,6 +38,7 @@ class RunUpdatesConsumer(GuardedConsumer):
         # at worst one is sent again.)
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.sent: dict[str, str] = parse_seen(query.get("seen", [""])[0])
+        self.charts = bool(self.run_id) and await self._has_charts(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         if self.run_id:  # anything that changed between the page load and now
@@ -53,12 +56,12 @@ class RunUpdatesConsumer(GuardedConsumer):
         await self._push(event["run"], events=bool(self.run_id))
 
     async def run_progress(self, event: dict) -> None:
-        if self.run_id:
+        if self.charts:
             await self._send_json("progress", event, ("seq", "step", "total"))
         await self._push(event["run"])
 
     async def run_metrics(self, event: dict) -> None:
-        if self.run_id:
+        if self.charts:
             await self._send_json("metrics", event, ("seq", "step", "time", "values"))
 
     async def run_event(self, event: dict) -> None:
@@ -81,7 +84,7 @@ class RunUpdatesConsumer(GuardedConsumer):
             if kind == "run.metrics":
                 await self.run_metrics(inner)
             elif kind == "run.progress":
-                if self.run_id:
+                if self.charts:
                     await self._send_json("progress", inner, ("seq", "step", "total"))
                 render.setdefault(inner["run"], False)
             elif kind in ("run.event", "run.state"):
@@ -106,6 +109,12 @@ class RunUpdatesConsumer(GuardedConsumer):
                 changed[key] = html
         if changed:
             await self.send(text_data="".join(changed.values()))
+
+    @database_sync_to_async
+    def _has_charts(self, run_id: int) -> bool:
+        """Whether the run's page takes JSON frames: a training run's (an eval run's
+        page has no charts; the kind of a run never changes)."""
+        return Run.objects.filter(pk=run_id).exclude(kind=RunKind.EVAL).exists()
 
     @database_sync_to_async
     def _render(self, run_id: int, events: bool) -> dict[str, str]:

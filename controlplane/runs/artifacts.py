@@ -13,6 +13,12 @@ open directory descriptors, and never follows a symbolic link (the run folder it
 sub-folder or a file). A link a job made, to `/` or to another run's folder, is simply
 not there for the control plane; swapping one in between a check and a read cannot
 help, because there is no separate check.
+
+Names are the job's choice too: one that is not text (bytes that do not decode, kept
+as surrogates) or holds a control character (a newline breaks the run page's file
+links) is neither listed nor served. Files go out as opaque downloads
+(`download_response`), never as something a browser would render or run on the
+control plane's origin.
 """
 
 import os
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from django.conf import settings
+from django.http import FileResponse
 
 MAX_LISTED_FILES = 2000
 # How the trainer names a checkpoint in a run's folder (trainer.runner.checkpoints).
@@ -33,6 +40,12 @@ CHECKPOINT_NAME = re.compile(r"^iter_(\d+)\.pt$")
 # Every descriptor opened below the root: no link followed, no waiting on a FIFO.
 _NO_LINKS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | _NO_LINKS
+# Characters no listed or served name holds: C0 controls, DEL, and the surrogates that
+# stand for undecodable bytes in names read from the file system.
+_UNLISTED = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# A served file is an attachment of no known type; its own policy forbids everything,
+# should a browser render it anyway (the pages' policy, core/csp.py, keeps it).
+DOWNLOAD_POLICY = "sandbox; default-src 'none'"
 
 
 class ArtifactNotFound(Exception):
@@ -98,9 +111,17 @@ def open_beneath(folder: int, relative: str, flags: int = os.O_RDONLY) -> int:
             os.close(current)
 
 
+def listable(name: str) -> bool:
+    """Whether a name (or path) is one the run's files list and serve."""
+    return _UNLISTED.search(name) is None
+
+
 def open_artifact(run_id: int, relative: str) -> BinaryIO:
     """The regular file `relative` of the run's folder, open for reading; ArtifactNotFound
-    for anything else (missing, a folder, a link, or a path leading outside)."""
+    for anything else (missing, a folder, a link, a path leading outside, or a name that
+    is never listed)."""
+    if not listable(relative):
+        raise ArtifactNotFound(relative)
     with run_folder(run_id) as folder:
         descriptor = open_beneath(folder, relative)
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -110,15 +131,31 @@ def open_artifact(run_id: int, relative: str) -> BinaryIO:
     return os.fdopen(descriptor, "rb")
 
 
+def download_response(found: BinaryIO, relative: str) -> FileResponse:
+    """The open file `found` (from open_artifact) as a download: octet-stream whatever
+    its name says (no `x.js` a page of this origin could load as a script, no `x.html`
+    or `x.svg` rendered), with a policy of its own."""
+    response = FileResponse(
+        found, as_attachment=True, filename=relative.rpartition("/")[2],
+        content_type="application/octet-stream",
+    )  # fmt: skip
+    response.headers["Content-Security-Policy"] = DOWNLOAD_POLICY
+    return response
+
+
 def list_artifacts(run_id: int) -> list[ArtifactFile]:
     """The run's regular files, checkpoints first, then by path (at most
-    MAX_LISTED_FILES); links and what they lead to are left out."""
+    MAX_LISTED_FILES); links and what they lead to are left out, and so are names that
+    are not `listable` (a folder of such a name is not entered)."""
     files = []
     try:
         with run_folder(run_id) as folder:
             # fwalk opens each sub-folder by descriptor and does not enter links.
-            for top, _, names, top_fd in os.fwalk(".", dir_fd=folder):
+            for top, folders, names, top_fd in os.fwalk(".", dir_fd=folder):
+                folders[:] = [name for name in folders if listable(name)]
                 for name in names:
+                    if not listable(name):
+                        continue
                     try:
                         info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
                     except OSError:  # gone meanwhile

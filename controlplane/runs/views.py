@@ -167,7 +167,7 @@ def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
         found = artifacts.open_artifact(run.pk, path)
     except artifacts.ArtifactNotFound:
         raise Http404(f"run {run.pk} has no file {path!r}") from None
-    return FileResponse(found, as_attachment=True, filename=path.rpartition("/")[2])
+    return artifacts.download_response(found, path)
 
 
 @guarded

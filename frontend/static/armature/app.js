@@ -9,6 +9,14 @@ function setLive(socketElt, on) {
 document.addEventListener("htmx:wsOpen", (e) => setLive(e.target, true));
 document.addEventListener("htmx:wsClose", (e) => setLive(e.target, false));
 
+// A socket's JSON frames (a run's metrics and progress) are for a page script that
+// takes them first (run_page.js); on a page without one, htmx would parse them as HTML
+// to swap. Fragments always start with "<".
+document.addEventListener("htmx:wsBeforeMessage", (e) => {
+  const text = e.detail.message;
+  if (typeof text === "string" && text[0] === "{") e.preventDefault();
+});
+
 // Line numbers beside a code textarea, lines with errors marked: the placement preview
 // carries them in data-error-lines, a config's issue list in each item's data-line.
 function errorLines() {

@@ -1,7 +1,12 @@
 """A run's files over the API and the run page: only what really lies inside the run's
 own folder under the artifacts root is listed or served. A run folder, sub-folder or
 file that is a symbolic link (a job on shared storage can make one) is refused, and a
-path the operating system cannot even look up is a 404, not a 500."""
+path the operating system cannot even look up is a 404, not a 500. Files go out as
+opaque attachments under a policy of their own, whatever their names say; names with
+control characters, or that are not text, are neither listed nor served, and the run
+page shows the others."""
+
+import os
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -114,3 +119,67 @@ def test_paths_the_operating_system_refuses_are_not_found(viewer, root, run):
 def test_a_run_without_a_folder_lists_nothing(viewer, root, run):
     assert listed(viewer, run) == []
     assert status_of(viewer, run, "metrics.jsonl") == (404, 404)
+
+
+def downloads(client, run, path: str):
+    """The API's and the run page's answers for one file."""
+    return (
+        client.get(f"/api/v1/runs/{run.pk}/artifacts/{path}"),
+        client.get(f"/runs/{run.pk}/files/{path}"),
+    )
+
+
+def test_files_are_served_as_opaque_attachments_under_a_sandbox(viewer, root, run):
+    folder = root / f"run-{run.pk}"
+    (folder / "sub").mkdir(parents=True)
+    written = {
+        "x.js": b"alert(document.cookie)\n",
+        "x.html": b"<script>alert(1)</script>\n",
+        "x.svg": b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>',
+        "sub/x.js": b"fetch('/api/v1/runs')\n",
+    }
+    for path, content in written.items():
+        (folder / path).write_bytes(content)
+    for path, content in written.items():
+        for response in downloads(viewer, run, path):
+            assert response.status_code == 200, path
+            assert response["Content-Type"] == "application/octet-stream", path
+            name = path.rpartition("/")[2]
+            assert response["Content-Disposition"] == f'attachment; filename="{name}"'
+            assert response["Content-Security-Policy"] == "sandbox; default-src 'none'"
+            assert response["X-Content-Type-Options"] == "nosniff"
+            assert b"".join(response.streaming_content) == content
+    # The pages keep their own policy.
+    page = viewer.get(f"/runs/{run.pk}/")
+    assert "sandbox" not in page["Content-Security-Policy"]
+    assert "script-src 'self'" in page["Content-Security-Policy"]
+
+
+def test_names_with_control_characters_are_left_out_and_the_page_still_renders(viewer, root, run):
+    folder = root / f"run-{run.pk}"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "metrics.jsonl").write_bytes(b"{}\n")
+    (folder / "checkpoints" / "iter_000001.pt").write_bytes(b"w")
+    strange = ["a\nb", "tab\tbed", "bell\x07", "del\x7f", "cr\rlf"]
+    for name in strange:
+        (folder / name).write_bytes(SECRET)
+    (folder / "line\nfolder").mkdir()
+    (folder / "line\nfolder" / "inside.txt").write_bytes(SECRET)
+    os.mkdir(os.fsencode(folder) + b"/bytes\xff")  # not text: undecodable bytes
+    with open(os.fsencode(folder) + b"/bytes\xff/inside.txt", "wb") as file:
+        file.write(SECRET)
+    with open(os.fsencode(folder) + b"/name\xfe.txt", "wb") as file:
+        file.write(SECRET)
+
+    assert listed(viewer, run) == ["checkpoints/iter_000001.pt", "metrics.jsonl"]
+    page = viewer.get(f"/runs/{run.pk}/")
+    assert page.status_code == 200
+    files = page.content.decode().split('id="run-files"')[1].split("</section>")[0]
+    assert '<tr data-path="metrics.jsonl">' in files
+    assert '<tr data-path="checkpoints/iter_000001.pt">' in files
+    assert files.count("<tr data-path=") == 2
+    for name in [*strange, "line\nfolder/inside.txt"]:
+        quoted = "".join(c if c.isalnum() else f"%{ord(c):02X}" for c in name)
+        assert status_of(viewer, run, quoted) == (404, 404), name
+    assert status_of(viewer, run, "bytes%FF/inside.txt") == (404, 404)
+    assert status_of(viewer, run, "metrics.jsonl") == (200, 200)

@@ -1,6 +1,7 @@
 """A run page's socket, through the real ASGI application: what a trainer reports reaches
 the browser as JSON frames for the charts, and as htmx fragments for the header
-(with the controls the state allows) and the events list."""
+(with the controls the state allows) and the events list. An eval run's page has no
+charts: its socket sends fragments only."""
 
 import json
 
@@ -11,7 +12,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from controlplane.realtime.routing import websocket_application
-from controlplane.runs.models import Run
+from controlplane.runs import artifacts
+from controlplane.runs.evaluations import EvalRequest, request_evaluation
+from controlplane.runs.models import Run, RunState
+from controlplane.runs.state import transition
 from tests.runs import submitted_run
 from tests.trainer_socket import send, trainer
 
@@ -29,6 +33,19 @@ def operator_cookie(client) -> str:
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
     client.force_login(user)
     return f"sessionid={client.cookies['sessionid'].value}"
+
+
+@pytest.fixture
+def eval_run(run, operator_cookie) -> Run:
+    """A submitted eval run of `run`'s checkpoint of iteration 4."""
+    folder = artifacts.run_artifact_dir(run.pk) / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "iter_4.pt").write_bytes(b"weights")
+    user = get_user_model().objects.get(username="otto")
+    evaluation, _ = request_evaluation(run, EvalRequest(checkpoint=4), user=user)
+    transition(evaluation.pk, RunState.SUBMITTING)
+    evaluation.refresh_from_db()
+    return evaluation
 
 
 async def browser(run: Run, cookie: str) -> WebsocketCommunicator:
@@ -129,5 +146,28 @@ async def test_a_burst_of_progress_and_an_event_ends_on_the_header_they_made(run
         if 'id="run-events"' in text:
             events = text[text.index('id="run-events"') :]
     assert 'data-state="running"' in header
+    await link.disconnect()
+    await page.disconnect()
+
+
+async def test_an_eval_runs_page_gets_fragments_and_never_a_json_frame(eval_run, operator_cookie):
+    page = await browser(eval_run, operator_cookie)
+    link = await trainer(eval_run)
+    values = {"eval/success_rate": 0.5}
+    await send(link, {"type": "metrics", "seq": 1, "step": 1, "time": 1.7e9, "values": values})
+    await send(link, {"type": "progress", "seq": 2, "step": 1, "total": 4})
+    # A burst stored together takes the batch path.
+    for seq in (3, 4):
+        await link.send_to(text_data=json.dumps(
+            {"v": 1, "type": "metrics", "seq": seq, "step": seq, "time": 1.7e9, "values": values}
+        ))  # fmt: skip
+        await link.receive_from(timeout=10)
+    await send(link, {"type": "event", "seq": 5, "kind": "started", "data": {}})
+    received = []
+    while not any('data-state="running"' in text for text in received):
+        received.append(await page.receive_from(timeout=10))
+    assert await page.receive_nothing(timeout=0.5)
+    assert all(text.startswith("<") for text in received), received
+    assert any('data-step="1"' in text for text in received)  # progress still shows
     await link.disconnect()
     await page.disconnect()
