@@ -6,6 +6,7 @@ lists them all.
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -63,16 +64,31 @@ def persistent_secret(path: Path) -> str:
     """Return the secret stored at `path`, creating it on first use.
 
     The one-machine mode needs a stable SECRET_KEY across restarts (sessions,
-    signed tokens) without asking a newcomer to invent one.
+    signed tokens) without asking a newcomer to invent one. The file is written whole
+    under a temporary name (mode 0600) and only then put in place, so a start killed
+    mid-write never leaves an empty secret behind; one found empty all the same is
+    replaced, since an empty Ray token would start the head with its checks off.
     """
-    if path.exists():
-        return path.read_text().strip()
+    found = _stored(path)
+    if found:
+        return found
     path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(50)
+    fd, draft = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first: use theirs
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(draft, path)  # in place only if no other process got there first
+        except FileExistsError:
+            if not _stored(path):  # the empty leftover of an interrupted start
+                os.replace(draft, path)
+    finally:
+        Path(draft).unlink(missing_ok=True)
+    return _stored(path)
+
+
+def _stored(path: Path) -> str:
+    try:
         return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secret)
-    return secret
+    except FileNotFoundError:
+        return ""

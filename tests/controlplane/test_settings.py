@@ -108,3 +108,18 @@ def test_artifacts_dir_takes_a_path_or_a_file_uri_and_names_what_it_cannot_use(t
     assert artifacts_dir("file:///mnt/nfs/my%20runs", default) == Path("/mnt/nfs/my runs")
     with pytest.raises(ValueError, match="mount an object store"):
         artifacts_dir("s3://bucket/runs", default)
+
+
+def test_a_secret_file_left_empty_is_replaced_and_a_draft_never_counts(tmp_path):
+    """A start killed between creating the secret's file and writing it must not leave
+    an empty secret in force (an empty Ray token turns the head's checks off)."""
+    from controlplane.env import persistent_secret
+
+    path = tmp_path / "ray_auth_token"
+    path.write_text("")
+    (tmp_path / ".ray_auth_token.draft").write_text("")  # an interrupted write's draft
+    secret = persistent_secret(path)
+    assert len(secret) >= 50 and path.read_text() == secret
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert persistent_secret(path) == secret  # kept across starts
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ray_auth_token.draft", path.name]

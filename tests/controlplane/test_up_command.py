@@ -84,6 +84,12 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{ray_dashboard}/api/jobs/", timeout=10)
         assert refused.value.code == 401
         assert (var_dir / "ray_auth_token").stat().st_mode & 0o777 == 0o600
+        # The rest of var/ is this user's alone too: the folder itself, and what the
+        # stack writes there (the database holds sessions and password hashes).
+        assert var_dir.stat().st_mode & 0o777 == 0o700
+        for name in ("armature.sqlite3", "secret_key"):
+            mode = (var_dir / name).stat().st_mode
+            assert mode & 0o077 == 0, (name, oct(mode))
 
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
             names = db.execute("select name from experiments_experiment order by name")

@@ -117,6 +117,15 @@ def admin_login_hint(admin: AdminAccount) -> str:
     )
 
 
+def keep_private(var_dir: Path) -> None:
+    """What this stack writes is its user's alone: the database (sessions, password
+    hashes), the broker, logs, run folders, Ray's files. On a shared machine other
+    local users can reach loopback ports but not read this user's folder."""
+    os.umask(0o077)  # inherited by every process the stack starts
+    var_dir.mkdir(parents=True, exist_ok=True)
+    var_dir.chmod(0o700)
+
+
 class Command(BaseCommand):
     help = "Migrate, create the admin and the demo, then run web, worker and Ray until Ctrl-C."
 
@@ -142,6 +151,7 @@ class Command(BaseCommand):
             addresses = HeadAddresses.choose(bind, advertise)
         except AddressError as error:
             raise CommandError(str(error)) from None
+        keep_private(settings.VAR_DIR)
         if port is None:
             port = web_port(os.environ)
         url = web_url(os.environ, addresses, port)
@@ -163,6 +173,8 @@ class Command(BaseCommand):
             token = settings.RAY_AUTH_TOKEN or persistent_secret(
                 settings.VAR_DIR / "ray_auth_token"
             )
+            if not token:  # Ray would start the head with its checks off
+                raise CommandError("no Ray token: the head would start with its checks off")
             env["RAY_AUTH_TOKEN"] = settings.RAY_AUTH_TOKEN = token
             if addresses.serves_other_nodes:
                 token_from = (
