@@ -207,6 +207,12 @@ AXES_COOLOFF_TIME = timedelta(minutes=float(env_str("ARMATURE_LOGIN_COOLOFF_MINU
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "controlplane.access.logins.locked_out"
+# The proxies in front of the web server that each append to X-Forwarded-For (one, the
+# TLS proxy, wherever X-Forwarded-Proto is trusted): the address a login is counted by.
+ARMATURE_PROXY_COUNT = env_int(
+    "ARMATURE_PROXY_COUNT", 1 if env_bool("ARMATURE_TRUST_X_FORWARDED_PROTO", False) else 0
+)
+AXES_CLIENT_IP_CALLABLE = "controlplane.access.logins.client_address"
 LOGIN_URL = "login"
 
 # Request bodies past this get 413 (controlplane.core.body_limit); YAML documents inside

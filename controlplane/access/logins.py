@@ -1,5 +1,5 @@
 """What a locked-out login attempt sees (django-axes counts the failures; settings.py
-says how many and for how long)."""
+says how many and for how long), and the address it counts them by."""
 
 import math
 
@@ -29,3 +29,15 @@ def locked_out(
         {"locked_out": message, "next": request.POST.get("next", "")},
         status=TOO_MANY_REQUESTS,
     )
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The address a login comes from. Behind `ARMATURE_PROXY_COUNT` proxies, each of
+    which appends the address it was reached from to X-Forwarded-For, the one the
+    outermost proxy saw: else every client would share the proxy's address, and
+    anyone could lock a user out for all of them by failing on purpose."""
+    proxies = settings.ARMATURE_PROXY_COUNT
+    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    if proxies and len(forwarded) >= proxies and forwarded[-proxies]:
+        return forwarded[-proxies]
+    return request.META.get("REMOTE_ADDR")

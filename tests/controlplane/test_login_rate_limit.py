@@ -71,3 +71,31 @@ def test_axes_reset_lifts_the_lock(client, settings, ada):
     fail_until_locked(client, settings)
     call_command("axes_reset", verbosity=0)
     assert attempt(client, "the-right-one").status_code == 302
+
+
+def test_behind_a_proxy_each_client_is_counted_by_its_own_address(client, settings, ada):
+    """All logins arrive from the proxy's address; the lock falls on the address the
+    proxy saw, so failing on purpose locks out the one who fails, not everyone."""
+    settings.ARMATURE_PROXY_COUNT = 1
+    proxy = {"REMOTE_ADDR": "10.0.0.2"}
+
+    def from_(address: str, password: str):
+        # What the client claimed, then the address the proxy saw.
+        forwarded = f"203.0.113.9, {address}"
+        credentials = {"username": "ada", "password": password}
+        return client.post("/login/", credentials, HTTP_X_FORWARDED_FOR=forwarded, **proxy)
+
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        from_("198.51.100.7", "wrong")
+    assert from_("198.51.100.7", "the-right-one").status_code == 429
+    assert from_("198.51.100.8", "the-right-one").status_code == 302  # another client
+
+
+def test_without_a_proxy_a_forwarded_header_is_ignored(client, settings, ada):
+    settings.ARMATURE_PROXY_COUNT = 0
+    for index in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/login/", {"username": "ada", "password": "wrong"},
+                    HTTP_X_FORWARDED_FOR=f"198.51.100.{index}")  # fmt: skip
+    refused = client.post("/login/", {"username": "ada", "password": "the-right-one"},
+                          HTTP_X_FORWARDED_FOR="198.51.100.99")  # fmt: skip
+    assert refused.status_code == 429
