@@ -22,7 +22,11 @@ EVERY_INTERFACE = "0.0.0.0"
 
 
 def web_command(host: str, port: int) -> list[str]:
-    return [str(BIN / "daphne"), "-b", host, "-p", str(port), "controlplane.asgi:application"]
+    # daphne, refusing oversized request bodies as they arrive (core/web_server.py).
+    return [
+        sys.executable, "-m", "controlplane.core.web_server",
+        "-b", host, "-p", str(port), "controlplane.asgi:application",
+    ]  # fmt: skip
 
 
 def worker_command(beat_schedule: Path, concurrency: int = 4) -> list[str]:
