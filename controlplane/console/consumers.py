@@ -31,6 +31,7 @@ from controlplane.access.sockets import (
     GuardedConsumer,
 )
 from controlplane.console import live
+from controlplane.console.token_bucket import TokenBucket
 from controlplane.realtime import local_links
 from controlplane.realtime.groups import console_group, trainer_group
 from controlplane.runs.models import Run
@@ -38,6 +39,10 @@ from trainer.link.console_messages import InvalidConsoleMessage, parse_teleop
 
 CONTROL = "console-control"  # the part of this door that drives robots
 VIEW_OPS = {"watch"}
+# A viewer's ops go down the run's link ahead of the operators' commands, which must
+# reach the robots within a deadman's time: per socket, a burst of this many, then this
+# many a second (a person picks a robot to watch a few times a minute).
+VIEW_OPS_BURST, VIEW_OPS_PER_S = 10, 5.0
 # Close reasons (docs/console.md, "Who may drive").
 NO_LONGER_LOGGED_IN = "your session no longer logs you in: log in again"
 NO_LONGER_OPERATOR = "your role changed: driving needs the operator role"
@@ -60,6 +65,7 @@ class ConsoleConsumer(GuardedConsumer):
         # The links the run's robots were last heard by (source → time.monotonic): where
         # commands must reach.
         self.sources: dict[str | None, float] = {}
+        self.view_ops = TokenBucket(VIEW_OPS_BURST, VIEW_OPS_PER_S)
         session = self.scope.get("session")
         self.session_key = session.session_key if session is not None else None
         # The user as of now, read after the version this socket starts from: any change
@@ -100,6 +106,11 @@ class ConsoleConsumer(GuardedConsumer):
             return
         if self.closed_for is not None or not await self._still_allowed(op):
             return  # closed: nothing of it reaches the trainer
+        if op in VIEW_OPS and not self.view_ops.take():
+            await self._send({"type": "error", "op": op[:20], "error": (
+                f"too many {op} messages: at most {VIEW_OPS_PER_S:g} a second"
+            )})  # fmt: skip
+            return
         if op not in VIEW_OPS:
             decision = verdict(self.scope["user"], CONTROL, SEE)
             if not decision.allowed:

@@ -13,7 +13,12 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from controlplane.access.sockets import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
-from controlplane.console.consumers import NO_LONGER_LOGGED_IN, NO_LONGER_OPERATOR
+from controlplane.console.consumers import (
+    NO_LONGER_LOGGED_IN,
+    NO_LONGER_OPERATOR,
+    VIEW_OPS_BURST,
+    VIEW_OPS_PER_S,
+)
 from tests.controlplane.console.scene import PUSH, Console, Robots, cookie_of, logged_in
 from tests.processes import wait_until
 from tests.runs import submitted_run
@@ -103,3 +108,26 @@ def test_a_demoted_operators_page_reconnects_as_a_viewer(web):
         for thing in (again, olga, robots):
             if thing is not None:
                 thing.close()
+
+
+def test_a_viewer_flooding_watch_messages_is_held_to_a_few_a_second(web):
+    """What a viewer may send goes down the run's link ahead of the operators' commands:
+    a flood of it is answered with an error and goes no further."""
+    run = submitted_run("flood")
+    robots = Robots(web.url, run.pk, TeleopSettings(deadman_s=5.0))
+    vera = Console(web.url, run.pk, cookie_of(logged_in("vera", "viewer")), "vera")
+    try:
+        vera.wait_for(lambda m: m.get("type") == "console", "the robots' state")
+        started = time.monotonic()
+        for _ in range(200):
+            vera.send(op="watch", robot=0)
+        vera.wait_for(lambda m: "too many watch messages" in m.get("error", ""), "the refusal")
+        wait_until(lambda: len(robots.got(op="watch", operator="vera")) >= VIEW_OPS_BURST, 10,
+                   "the allowed watches at the robots", 0.01)  # fmt: skip
+        time.sleep(0.5)  # any more would have arrived by now
+        allowed = VIEW_OPS_BURST + VIEW_OPS_PER_S * (time.monotonic() - started) + 1
+        assert len(robots.got(op="watch", operator="vera")) <= allowed
+        assert not vera.closed.is_set()  # held back, not cut off
+    finally:
+        vera.close()
+        robots.close()
