@@ -144,7 +144,7 @@ def our_ppo(
     policy = GaussianChunkPolicy(
         MLPEncoder(OBS_DIM, HIDDEN, "elu"), ACTION_DIM, ACTION_DIM, max_horizon=1
     )
-    critic = ValueCritic(MLPEncoder(OBS_DIM, HIDDEN, "elu"))
+    critic = ValueCritic(MLPEncoder(OBS_DIM, HIDDEN, "elu"), max_horizon=1)
     settings = OnPolicySettings(
         gamma=GAMMA, gae_lambda=LAM, clip_ratio=CLIP, value_loss_coef=VALUE_COEF,
         entropy_coef=ENTROPY_COEF, update_epochs=EPOCHS, num_minibatches=MINIBATCHES,

@@ -74,7 +74,7 @@ def ours_algorithm() -> PPO:
     policy = GaussianChunkPolicy(
         MLPEncoder(OBS_DIM, HIDDEN, ACTIVATION), ACTION_DIM, ACTION_DIM, max_horizon=1
     )
-    critic = ValueCritic(MLPEncoder(OBS_DIM, HIDDEN, ACTIVATION))
+    critic = ValueCritic(MLPEncoder(OBS_DIM, HIDDEN, ACTIVATION), max_horizon=1)
     settings = OnPolicySettings(
         gamma=SHARED["gamma"],
         gae_lambda=SHARED["lam"],

@@ -137,10 +137,13 @@ def model_seconds(parts: Components, round_: Trajectories, steps: int) -> float:
         policy.sample_plan(
             round_.obs[t, replanned], horizons, steps=plan_steps, chunk=parts.algorithm.chunk
         )
-        if critic is not None and bool(round_.timeout[t].any()):
-            critic(round_.obs[t, round_.timeout[t]])
+        timeout = round_.timeout[t]
+        if critic is not None and bool(timeout.any()):
+            plan = (round_.plan_horizon[t, timeout], round_.chunk_offset[t, timeout])
+            critic(round_.obs[t, timeout], *plan)
     if critic is not None:
-        critic(round_.obs[round_.valid])
+        valid = round_.valid
+        critic(round_.obs[valid], round_.plan_horizon[valid], round_.chunk_offset[valid])
     return time.perf_counter() - started
 
 

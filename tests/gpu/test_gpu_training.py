@@ -221,10 +221,48 @@ def test_a_graphed_rlpd_learner_loads_a_checkpoint_and_captures_again():
     _same_learners(source, graphed)
 
 
+def test_pixel_rlpd_rounds_replayed_from_a_cuda_graph_compute_what_eager_rounds_do():
+    """Camera frames (uint8, as the buffers keep them) with the actor on the critics'
+    encoder and random shifts: the shifts are drawn and applied inside the captured
+    round, and replays end where eager rounds do with the same draws."""
+    shape = (3, 32, 32)
+    settings = RLPDSettings(hidden_sizes=(64, 64), critic_ensemble=4)
+    assert settings.shared_encoder and settings.image_augmentation == "random_shift"
+    learners = {}
+    for graphed in (False, True):
+        torch.manual_seed(0)
+        learners[graphed] = RLPDLearner(
+            shape, 4, dataclasses.replace(settings, cuda_graph=graphed), CUDA
+        )
+    generator = torch.Generator().manual_seed(3)
+    batches = [
+        {
+            "obs": torch.randint(0, 256, (64, *shape), dtype=torch.uint8, generator=generator),
+            "action": torch.rand(64, 4, generator=generator) * 2 - 1,
+            "reward": (torch.rand(64, generator=generator) < 0.2).float(),
+            "next_obs": torch.randint(0, 256, (64, *shape), dtype=torch.uint8, generator=generator),
+            "terminal": torch.rand(64, generator=generator) < 0.1,
+        }
+        for _ in range(2 * 8)
+    ]
+    batches = [{name: tensor.to(CUDA) for name, tensor in batch.items()} for batch in batches]
+    runs = {}
+    for graphed, learner in learners.items():
+        torch.cuda.manual_seed(1)
+        runs[graphed] = _rlpd_rounds(learner, batches, 8)
+    assert learners[True].graphed_round.graph is not None
+    for eager, replayed in zip(runs[False], runs[True], strict=True):
+        for key in eager:
+            assert replayed[key] == pytest.approx(eager[key], rel=1e-3, abs=1e-5), key
+    _same_learners(learners[False], learners[True])
+    shared = learners[True]
+    assert shared.actor.encoder.cnn.conv is shared.critic.encoder.cnn.conv
+
+
 def _graph_pair_ppo(graphed: bool, precision: str = "fp32", device=CUDA) -> PPO:
     torch.manual_seed(0)
     policy = GaussianChunkPolicy(build_encoder("mlp", (6,), (64, 64)), 3, 3, 4)
-    critic = ValueCritic(build_encoder("mlp", (6,), (64, 64)))
+    critic = ValueCritic(build_encoder("mlp", (6,), (64, 64)), max_horizon=4)
     settings = OnPolicySettings(
         update_epochs=3, num_minibatches=4, entropy_coef=0.01, cuda_graph=graphed
     )

@@ -2,8 +2,10 @@
 learning signal (zero group-relative advantage), so it is dropped and replaced by a
 fresh one; see ``trainer.runner.collection`` for the bounded resampling loop.
 
-Scores, not successes: with the plan reward, an all-success group whose horizons
-differ still has something to learn from, and is kept."""
+The scores are what the group-relative advantage compares (`trajectory_scores`: the
+policy's own success). The plan reward is not among them: a group plans with one
+horizon and GRPO/RLOO add the reward after the normalisation, so it never makes an
+all-success group's rollouts differ from one another."""
 
 from __future__ import annotations
 

@@ -1,5 +1,12 @@
 """GRPO and RLOO: critic-free, outcome-based advantages shared by every step of a
-trajectory, relative to the other ``group_size`` rollouts from the same init state."""
+trajectory, relative to the other ``group_size`` rollouts from the same init state.
+
+The plan reward is added after the group's normalisation, not to the score it
+normalises: a group plans with one horizon (`assign_horizons`), so inside it the bonus
+is the same for every success and would vanish in the normalisation; and were a group to
+mix horizons, an all-success group normalised over its bonuses' tiny spread would push
+its shorter-horizon successes down as hard as failures. Added after, it stays a bonus:
+a success never gets less for it."""
 
 from __future__ import annotations
 
@@ -11,18 +18,6 @@ from trainer.algorithms.advantages import group_normalized_advantages, leave_one
 from trainer.algorithms.on_policy import OnPolicyAlgorithm
 from trainer.algorithms.plan_reward import plan_reward_bonus
 from trainer.data.rollout_storage import Trajectories
-
-
-def trajectory_scores(
-    batch: Trajectories, settings_use_plan_reward: bool, coef: float, base_h: float
-) -> torch.Tensor:
-    """Outcome score per trajectory: 1 for a success of the policy's own (an episode a
-    human helped scores 0), plus the plan reward if enabled."""
-    success = batch.policy_success
-    scores = success.float()
-    if settings_use_plan_reward:
-        scores = scores + plan_reward_bonus(success, batch.horizon, coef, base_h)
-    return scores
 
 
 def episode_weights(valid: torch.Tensor) -> torch.Tensor:
@@ -41,12 +36,19 @@ class GRPO(OnPolicyAlgorithm):
     def episode_advantages(self, scores: torch.Tensor) -> torch.Tensor:
         return group_normalized_advantages(scores, self.settings.group_size)
 
-    def trajectory_scores(self, batch: Trajectories) -> torch.Tensor:
+    def plan_bonus(self, batch: Trajectories) -> torch.Tensor:
+        """``[B]``: the plan reward of each trajectory (0 when it is off): the policy's
+        own successes, by their horizon (an episode a human helped gets none)."""
         s = self.settings
-        return trajectory_scores(batch, s.use_plan_reward, s.plan_reward_coef, s.base_h)
+        if not s.use_plan_reward:
+            return torch.zeros(batch.num_episodes, device=batch.horizon.device)
+        return plan_reward_bonus(batch.policy_success, batch.horizon, s.plan_reward_coef, s.base_h)
 
     def compute_returns(self, batch: Trajectories) -> Trajectories:
+        # The group-relative part from the outcome alone (`trajectory_scores`, which the
+        # group filter compares too), then the plan reward on top of it.
         per_episode = self.episode_advantages(self.trajectory_scores(batch))
+        per_episode = per_episode + self.plan_bonus(batch)
         if self.settings.loss_aggregation == "episodes":
             per_episode = per_episode * episode_weights(batch.valid)
         advantage = per_episode[None, :] * batch.valid.float()

@@ -9,6 +9,7 @@ in ``compute_returns`` (and PPO in having a critic).
 from __future__ import annotations
 
 import contextlib
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from functools import partial
@@ -23,6 +24,7 @@ from trainer.algorithms.collective import Collective
 from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.algorithms.gradient_buckets import DEFAULT_CAP_BYTES, GradientBuckets
 from trainer.algorithms.step_graph import GraphedSteps
+from trainer.algorithms.trust_region import ClipRange, clipped_surrogate, k3
 from trainer.data.rollout_storage import (
     PER_COPY,
     PackedRows,
@@ -32,7 +34,8 @@ from trainer.data.rollout_storage import (
 )
 from trainer.devices import HostToDevice, autocast, to_device_async
 from trainer.envs.vector_env import EnvStep
-from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
+from trainer.models.critic import optimizer_state_with_plan_inputs
+from trainer.models.plan_cache import ChunkDraw, PlanCache, SpareCaches, decide
 from trainer.models.policy import GaussianChunkPolicy
 from trainer.models.trained_state import load_policy_checkpoint, policy_checkpoint
 
@@ -44,6 +47,10 @@ class OnPolicySettings:
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip_ratio: float = 0.2
+    # The ratio's lower and upper clips, where they differ (clip-higher: a rare token may
+    # rise further than a likely one may fall); None: `clip_ratio`.
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
     value_clip: float | None = None
     value_loss_coef: float = 0.5
     entropy_coef: float = 0.0
@@ -60,11 +67,15 @@ class OnPolicySettings:
     plan_reward_coef: float = 0.0
     base_h: float = 5.0
     bootstrap_timeouts: bool = True
-    # "chunk": the probability ratio of a whole chunk (the product of its actions' and
-    # dims' ratios); "geometric_mean": that ratio's geometric mean over the chunk's
-    # actions x dims (length-normalised, as GSPO does for sequences), which a policy of
-    # many action tokens needs for its clip to mean anything.
+    # What is clipped (trainer/algorithms/trust_region.py): "chunk", the probability
+    # ratio of a whole chunk (the product of its tokens', a token being one dim of one
+    # action); "geometric_mean", that ratio's geometric mean over its tokens, clipped
+    # in log space by the chunk's range over the token count; "token", every token's
+    # ratio clipped on its own, the tokens' surrogates averaged.
     ratio: str = "chunk"
+    # Weight of a per-token KL (k3) to a frozen copy of the policy the update started
+    # from (the SFT policy of an RL run); 0: no anchor, and no copy is kept.
+    kl_coef: float = 0.0
     # GRPO/RLOO: "rows" (each decision weighs the same) or "episodes" (each episode
     # weighs the same, its decisions sharing that weight).
     loss_aggregation: str = "rows"
@@ -74,10 +85,50 @@ class OnPolicySettings:
     # On a GPU, replay each rollout decision from a captured CUDA graph (decision_graph.py).
     rollout_cuda_graph: bool = True
 
+    def clip_range(self) -> ClipRange:
+        """The ratio's clips: `clip_ratio` on the sides not set apart."""
+        low, high = self.clip_ratio_low, self.clip_ratio_high
+        return ClipRange(
+            self.clip_ratio if low is None else low, self.clip_ratio if high is None else high
+        )
+
 
 # The statistic that says whether a step's own rows weighed anything (see _minibatch_step).
 OWN_ROWS = "own_rows"
+# The minibatch columns of each token's log-prob under the rollout's policy and under
+# the KL anchor's reference, worked out once per update (`update_rows`).
+TOKEN_LOG_PROB = "token_log_prob"
+REFERENCE_LOG_PROB = "reference_log_prob"
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
+# What recomputes an executed chunk's log-probs: the plan's observation and horizon, where
+# the chunk starts in the plan, and its actions.
+CHUNK_INPUTS = ("plan_obs", "plan_horizon", "chunk_offset", "actions")
+
+
+@torch.no_grad()
+def recompute_token_log_probs(
+    policy: nn.Module, samples: dict[str, torch.Tensor], parts: int
+) -> torch.Tensor:
+    """``[N, chunk, env dims]``: each token's log-prob under `policy` of the executed
+    chunks of `samples`, computed in `parts` batches (some empty where there are fewer
+    rows), in float32."""
+    rows = torch.arange(samples["log_prob"].shape[0], device=samples["log_prob"].device)
+    found = []
+    for part in rows.tensor_split(parts):
+        log_probs, _ = policy.token_log_probs(
+            *(samples[name].index_select(0, part) for name in CHUNK_INPUTS)
+        )
+        found.append(log_probs.float())
+    return torch.cat(found)
+
+
+def frozen_copy(policy: nn.Module) -> nn.Module:
+    """A copy of `policy` that never trains. Its frozen parameters (a base model under
+    LoRA adapters, a frozen vision tower) are the policy's own tensors, not copies:
+    they never change, and a VLA's base is most of its memory."""
+    shared = {id(p): p for p in policy.parameters() if not p.requires_grad}
+    copied = copy.deepcopy(policy, memo=shared)
+    return copied.requires_grad_(False)
 
 
 @dataclass
@@ -132,6 +183,9 @@ class OnPolicyAlgorithm(ABC):
         can_graph = graphable(policy, self.device)
         graphed = settings.cuda_graph and can_graph
         self.step_graphs: GraphedSteps | None = GraphedSteps(self) if graphed else None
+        # The KL anchor's frozen copy of the starting policy, made at the first update
+        # (after `init_from` has loaded it) and only when `kl_coef` asks for it.
+        self.reference: nn.Module | None = None
         self.decision_graphs: GraphedDecisions | None = (
             GraphedDecisions(self.device) if settings.rollout_cuda_graph and can_graph else None
         )
@@ -141,6 +195,7 @@ class OnPolicyAlgorithm(ABC):
         # sets it. Gradients, advantage statistics and early stops are agreed through it.
         self.collective = Collective()
         self.plan_cache: PlanCache | None = None
+        self.spare_plan_caches = SpareCaches()
         self.storage: RolloutStorage | None = None
         self._pending: tuple[torch.Tensor, ChunkDraw] | None = None
         # The rank's rollout worker, when its placement gives it one (the runner sets
@@ -216,12 +271,10 @@ class OnPolicyAlgorithm(ABC):
 
     def start_round(self, horizons: torch.Tensor, num_steps: int) -> None:
         """New episodes begin: fresh plans for every slot, empty storage. Rounds with
-        the same horizons (every round of a run) share the plan cache's schedule."""
-        cache, max_horizon = self.plan_cache, self.acting_policy.max_horizon
-        if cache is not None and cache.same_schedule(horizons, self.chunk, max_horizon):
-            cache.restart()
-        else:
-            self.plan_cache = PlanCache(horizons, self.chunk, max_horizon, self.device)
+        the same horizons share the plan cache's schedule (`SpareCaches`)."""
+        self.plan_cache = self.spare_plan_caches.cache_for_round(
+            self.plan_cache, horizons, self.chunk, self.acting_policy.max_horizon, self.device
+        )
         self.storage = RolloutStorage(num_steps, int(horizons.shape[0]), self.chunk, self.device)
         if self.decider is not None:
             seed = int(torch.randint(2**62, (1,), generator=self.generator))
@@ -281,17 +334,21 @@ class OnPolicyAlgorithm(ABC):
             bootstrapped = bootstrap_timeouts(
                 reward, timeouts, step.final_observation, step.obs, self._values,
                 self.settings.gamma, partial(to_device_async, device=self.device),
+                horizons=draw.horizons, offsets=draw.offsets, chunk=self.chunk,
             )  # fmt: skip
             if bootstrapped is not reward:
                 reward.copy_(bootstrapped)
         self.storage.add(Transition(obs, draw.actions, draw.offsets, draw.log_prob, per_copy))
         self._pending = None
 
-    def _values(self, obs: torch.Tensor) -> torch.Tensor:
-        """The critic's values of observations on the device (the time-out bootstrap's)."""
+    def _values(
+        self, obs: torch.Tensor, horizons: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        """The critic's values of observations on the device at their plan positions
+        (the time-out bootstrap's)."""
         assert self.acting_critic is not None
         with self.autocast():
-            return self.acting_critic(obs).float()
+            return self.acting_critic(obs, horizons, offsets).float()
 
     def finish_round(
         self, task_id: int, init_state_index: torch.Tensor, group_index: torch.Tensor
@@ -306,8 +363,8 @@ class OnPolicyAlgorithm(ABC):
 
     @torch.no_grad()
     def attach_values(self, trajectories: Trajectories) -> Trajectories:
-        """``V(obs)`` of every valid row, batched (one call for a round of state
-        vectors); 0 elsewhere, and everywhere for algorithms without a critic."""
+        """``V(obs, H, offset)`` of every valid row, batched (one call for a round of
+        state vectors); 0 elsewhere, and everywhere for algorithms without a critic."""
         critic = self.acting_critic
         if critic is None:
             return trajectories
@@ -316,13 +373,16 @@ class OnPolicyAlgorithm(ABC):
         # index is several times faster on the CPU than boolean-mask indexing.
         rows = trajectories.valid.view(-1).nonzero().squeeze(1)  # never empty
         valid_obs = obs.view(-1, *obs.shape[2:]).index_select(0, rows)
+        horizons = trajectories.plan_horizon.reshape(-1).index_select(0, rows)
+        offsets = trajectories.chunk_offset.reshape(-1).index_select(0, rows)
         # Bounded batches: a round of camera images is large, its activations larger.
         batch = max(1, _CRITIC_BATCH_ELEMENTS // obs.shape[2:].numel())
         with self.autocast():
             if len(rows) <= batch:
-                values = critic(valid_obs)
+                values = critic(valid_obs, horizons, offsets)
             else:
-                values = torch.cat([critic(part) for part in valid_obs.split(batch)])
+                parts = (valid_obs.split(batch), horizons.split(batch), offsets.split(batch))
+                values = torch.cat([critic(*part) for part in zip(*parts, strict=True)])
         flat = torch.zeros(obs.shape[0] * obs.shape[1], device=obs.device)
         flat.index_copy_(0, rows, values.float())
         return replace(trajectories, value=flat.view(obs.shape[:2]))
@@ -344,9 +404,10 @@ class OnPolicyAlgorithm(ABC):
 
         Rows of masked groups (loss mask 0) stay in the batch with weight 0, so the
         batch keeps exactly ``data_batch_size`` trajectories. With ``target_kl`` set,
-        the update stops as soon as a minibatch's approximate KL exceeds it, before
-        that minibatch's gradient step. Statistics stay on the device until the end:
-        the update reads them back once.
+        the update stops as soon as a minibatch's approximate KL (`losses/approx_kl`:
+        per token with the per-token ratio, else per chunk) exceeds it, before that
+        minibatch's gradient step. Statistics stay on the device until the end: the
+        update reads them back once.
         """
         s = self.settings
         self.policy_version += 1
@@ -367,6 +428,7 @@ class OnPolicyAlgorithm(ABC):
             # Without policy rows the advantages are left as they are (no sync to ask).
             normalized = (adv - mean) / (std + 1e-8)
             samples["advantage"] = torch.where(moments[2] > 0, normalized, adv)
+        samples = self._with_token_log_probs(samples)
         rows = PackedRows(samples)
         graphs = self._graphs_for_update()
         keys: list[str] = []
@@ -406,6 +468,33 @@ class OnPolicyAlgorithm(ABC):
             metrics["policy/std"] = log_std.detach().exp().mean().item()
         return metrics
 
+    @torch.no_grad()
+    def _with_token_log_probs(self, samples: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`samples` with each token's log-prob under the policy as it is before the
+        update's first step (the rollout's: the rollout stores only a chunk's sum) for
+        the per-token ratio, and under the KL anchor's reference. One pass without
+        gradients over the batch, in as many parts as minibatches: every rank makes the
+        same calls (a sharded policy gathers its shards in each)."""
+        s = self.settings
+        if s.ratio != "token" and not s.kl_coef:
+            return samples
+        samples = dict(samples)
+        parts = s.num_minibatches
+        with self.autocast():
+            if s.ratio == "token":
+                samples[TOKEN_LOG_PROB] = recompute_token_log_probs(self.policy, samples, parts)
+            if s.kl_coef:
+                reference = self._reference_policy()
+                samples[REFERENCE_LOG_PROB] = recompute_token_log_probs(reference, samples, parts)
+        return samples
+
+    def _reference_policy(self) -> nn.Module:
+        """The KL anchor's reference: the policy as the first update finds it (`init_from`
+        loaded), or as a checkpoint saved it."""
+        if self.reference is None:
+            self.reference = frozen_copy(self.acting_policy)
+        return self.reference
+
     def _graphs_for_update(self) -> GraphedSteps | None:
         """The step graphs where this update's steps take one path whatever their data:
         one rank and no early stop (which asks the device, as a replay cannot)."""
@@ -417,52 +506,77 @@ class OnPolicyAlgorithm(ABC):
     def _minibatch_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """One gradient step; its statistics as tensors on the device, `OWN_ROWS` among
         them (1 where this rank's rows weigh something, else 0: its statistics say
-        nothing). The policy-gradient terms (surrogate, entropy, KL, clip fraction) weigh
-        each row by `policy_weight`, which leaves out the rows a human chose; the value
-        loss takes every row of the batch (`weight`). None: stopped early (`target_kl`),
-        no step taken."""
+        nothing). The policy-gradient terms (surrogate, entropy, KL, clip fractions)
+        weigh each row by `policy_weight`, which leaves out the rows a human chose; the
+        value loss takes every row of the batch (`weight`). None: stopped early
+        (`target_kl`), no step taken."""
         s = self.settings
         weight, policy_weight = mb["weight"], mb["policy_weight"]
         total = weight.sum()
         with self.autocast():
-            log_prob, entropy = self.policy.chunk_log_prob(
+            token_log_prob, token_entropy = self.policy.token_log_probs(
                 mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
             )
-        log_ratio = log_prob - mb["log_prob"]
-        if s.ratio == "geometric_mean":
-            log_ratio = log_ratio / (mb["actions"].shape[1] * self.policy.env_action_dim)
-        ratio = log_ratio.exp()
+        tokens = token_log_prob.shape[1] * token_log_prob.shape[2]
+        chunk_log_ratio = token_log_prob.sum((1, 2)) - mb["log_prob"]
+        clip, advantage = s.clip_range(), mb["advantage"]
+        if s.ratio == "token":
+            token_log_ratio = token_log_prob - mb[TOKEN_LOG_PROB]
+            surrogate = clipped_surrogate(token_log_ratio, advantage, clip)
+        elif s.ratio == "geometric_mean":
+            surrogate = clipped_surrogate(chunk_log_ratio / tokens, advantage, clip, tokens)
+        else:
+            surrogate = clipped_surrogate(chunk_log_ratio, advantage, clip)
         with torch.no_grad():
-            # Each policy row's KL estimate, whether it clips, and its count, summed by
-            # weight in one product: on a GPU each op is a kernel of the step.
-            excess = ratio - 1
-            per_row = torch.stack(
-                [excess - log_ratio, (excess.abs() > s.clip_ratio).float(), torch.ones_like(excess)]
-            )
-            mine = per_row @ policy_weight
+            # Each policy row's statistics, and its count, summed by weight in one
+            # product: on a GPU each op is a kernel of the step. The KL per chunk in
+            # every mode; per token, and the tokens' mean |log-ratio|, where the
+            # rollout's tokens are known (the per-token ratio).
+            per_row = {
+                "losses/approx_kl_chunk": k3(chunk_log_ratio),
+                "losses/clip_fraction_low": surrogate.clipped_low,
+                "losses/clip_fraction_high": surrogate.clipped_high,
+            }
+            if s.ratio == "token":
+                per_row["losses/approx_kl_token"] = k3(token_log_ratio).mean((1, 2))
+                per_row["losses/abs_log_ratio_token"] = token_log_ratio.abs().mean((1, 2))
+            # Each action dim's token entropy, over the chunk's steps: which dims the
+            # update sharpens and which it spreads over the bins.
+            per_dim = token_entropy.detach().float().mean(1)
+            for dim in range(per_dim.shape[1]):
+                per_row[f"policy/entropy_dim{dim}"] = per_dim[:, dim]
+            names = list(per_row)
+            stacked = torch.stack([*per_row.values(), torch.ones_like(policy_weight)])
+            mine = stacked @ policy_weight
             # Each row's share of this rank's policy-gradient mean, worked out once.
-            share = policy_weight / mine[2].clamp(min=1e-8)
-            # The early stop is one decision for all ranks, on the KL over all rows.
-            kl_sum, clipped_sum, policy_rows, all_weight = self.collective.sum_tensor(
-                torch.cat([mine, total.detach().view(1)])
-            )
-            approx_kl = kl_sum / policy_rows.clamp(min=1e-8)
+            share = policy_weight / mine[-1].clamp(min=1e-8)
+            # The statistics and the early stop are for all ranks, over all their rows.
+            summed = self.collective.sum_tensor(torch.cat([mine, total.detach().view(1)]))
+            policy_rows, all_weight = summed[-2], summed[-1]
+            means = dict(zip(names, summed[:-2] / policy_rows.clamp(min=1e-8), strict=True))
+            # What target_kl reads: per token where each token is clipped, else per
+            # chunk, whose ratio the other two modes bound.
+            approx_kl = means.get("losses/approx_kl_token", means["losses/approx_kl_chunk"])
         if s.target_kl is not None and approx_kl > s.target_kl:
             return None
-        against = -mb["advantage"]
-        surrogate = torch.max(
-            against * ratio, against * ratio.clamp(1 - s.clip_ratio, 1 + s.clip_ratio)
-        )
-        policy_loss = surrogate @ share
-        entropy_mean = entropy @ share
+        policy_loss = surrogate.loss @ share
+        entropy_mean = token_entropy.sum((1, 2)) @ share
         loss = policy_loss - s.entropy_coef * entropy_mean if s.entropy_coef else policy_loss
         stats = {
             "losses/policy_loss": policy_loss.detach(),
             "losses/entropy": entropy_mean.detach(),
             "losses/approx_kl": approx_kl,
-            "losses/clip_fraction": clipped_sum / policy_rows.clamp(min=1e-8),
+            "losses/clip_fraction": means["losses/clip_fraction_low"]
+            + means["losses/clip_fraction_high"],
+            **means,
             OWN_ROWS: (total > 0).float(),
         }
+        if s.kl_coef:
+            # KL(policy || reference) per token from the policy's own tokens (k3 with
+            # log r = log p_ref - log p), a token-mean over the policy's rows.
+            kl_reference = k3(mb[REFERENCE_LOG_PROB] - token_log_prob).mean((1, 2)) @ share
+            loss = loss + s.kl_coef * kl_reference
+            stats["losses/kl_reference"] = kl_reference.detach()
         if self.critic is not None:
             value_loss = self._value_loss(mb, total)
             loss = loss + s.value_loss_coef * value_loss
@@ -507,7 +621,7 @@ class OnPolicyAlgorithm(ABC):
         """Half the weighted mean squared error of the values; `total`: the weights' sum."""
         assert self.critic is not None
         with self.autocast():
-            values = self.critic(mb["obs"]).float()
+            values = self.critic(mb["obs"], mb["plan_horizon"], mb["chunk_offset"]).float()
         errors = (values - mb["returns"]) ** 2
         if self.settings.value_clip is not None:
             clipped = mb["value"] + (values - mb["value"]).clamp(
@@ -525,15 +639,45 @@ class OnPolicyAlgorithm(ABC):
 
             assert shards is not None, "sharded models save into a folder of shards"
             sharding.save_shards(self._models(), self.optimizer, shards)
-            return {"shards": shards.name, "optimizer_steps": self.optimizer_steps}
+            return {
+                "shards": shards.name,
+                "optimizer_steps": self.optimizer_steps,
+                **self._reference_state(),
+            }
         state: dict[str, Any] = {
             **policy_checkpoint(self.policy),
             "optimizer": self.optimizer.state_dict(),
             "optimizer_steps": self.optimizer_steps,
+            **self._reference_state(),
         }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         return state
+
+    def _reference_state(self) -> dict[str, Any]:
+        """The KL anchor's reference, as far as it differs from the base (what trains in
+        the policy, and the buffers), so that a resumed run anchors to where the run
+        started, not to where it resumed; nothing without a reference."""
+        if self.reference is None:
+            return {}
+        frozen = {n for n, p in self.acting_policy.named_parameters() if not p.requires_grad}
+        state = self.reference.state_dict()
+        return {"reference": {n: t for n, t in state.items() if n not in frozen}}
+
+    def _load_reference(self, state: dict[str, Any]) -> None:
+        if "reference" not in state or not self.settings.kl_coef:
+            # None saved: the next update copies the policy as it is then. No anchor
+            # (an evaluation, a run resumed without one): no copy to keep.
+            return
+        self.reference = frozen_copy(self.acting_policy)
+        missing, unexpected = self.reference.load_state_dict(state["reference"], strict=False)
+        frozen = {n for n, p in self.acting_policy.named_parameters() if not p.requires_grad}
+        lacking = [name for name in missing if name not in frozen]
+        if lacking or unexpected:
+            raise RuntimeError(
+                f"the saved reference policy does not fit this model: "
+                f"{', '.join([*lacking, *unexpected][:5])}"
+            )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """A state from any number of ranks of either strategy: shards (`shards`, the
@@ -541,6 +685,7 @@ class OnPolicyAlgorithm(ABC):
         self.policy_version += 1
         # Checkpoints from before the count resume as if their warmup were over.
         self.optimizer_steps = int(state.get("optimizer_steps", self.settings.lr_warmup_updates))
+        self._load_reference(state)
         if "shards" in state or self.sharded:
             import trainer.algorithms.sharding as sharding
 
@@ -551,7 +696,7 @@ class OnPolicyAlgorithm(ABC):
                     sharding.load_full_state(module, state[name])
                 params = [p for group in self.optimizer.param_groups for p in group["params"]]
                 self.optimizer.load_state_dict(
-                    sharding.shard_optimizer_state(state["optimizer"], params)
+                    sharding.shard_optimizer_state(self._saved_optimizer_state(state), params)
                 )
             if self.sharded:
                 self._refresh_acting()
@@ -559,13 +704,20 @@ class OnPolicyAlgorithm(ABC):
         load_policy_checkpoint(self.policy, state)
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(self._saved_optimizer_state(state))
         if self.step_graphs is not None:
             for group in self.optimizer.param_groups:
                 # A saved group brings the flag of the run that saved it (a CPU run's is
                 # False); this run's graphs need their own.
                 group["capturable"] = self.step_graphs.capture
             self.step_graphs.reset()  # the graphs held the optimizer's old state
+
+    def _saved_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The saved optimizer state, fitted to a critic that has gained its plan inputs
+        since (a checkpoint from before them: the critic loads them at zero)."""
+        if self.critic is None:
+            return state["optimizer"]
+        return optimizer_state_with_plan_inputs(self.critic, state["critic"], state["optimizer"])
 
     def _models(self) -> nn.ModuleDict:
         """The policy and critic under one module: their checkpoint names."""

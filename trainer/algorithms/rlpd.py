@@ -6,10 +6,13 @@ the demo buffer by `trainer.data.replay.MixedSampler`).
 
 Transitions: `obs`, `action` (in [-1, 1]), `reward`, `next_obs`, `terminal`. State
 observations go to the networks as they are; camera images ([C, H, W], uint8 as the
-buffers store them or floats in [0, 1]) through a CNN of trainer.models, one for the
-actor and one for the critics (shared by the members; the targets have their own copy).
-Successes are terminal; a time-out is not (its target bootstraps from `next_obs`, the
-true final observation).
+buffers store them or floats in [0, 1]) through a CNN of trainer.models, as RLPD learns
+from pixels (after DrQ): the critics' CNN (shared by the members; the targets have their
+own copy) is trained by the critics' loss alone, and the actor reads its convolutions
+under a stop-gradient, with a projection of its own (`shared_encoder`); every update
+sees its batch's observations and next observations randomly shifted by up to 4 pixels
+(`image_augmentation`). Successes are terminal; a time-out is not (its target
+bootstraps from `next_obs`, the true final observation).
 """
 
 from __future__ import annotations
@@ -25,12 +28,26 @@ from torch.nn import functional as F
 
 from trainer.algorithms.rlpd_graph import GraphedRound
 from trainer.devices import autocast
-from trainer.models.encoders import build_encoder
+from trainer.models.encoders import build_encoder, random_shift
 
 Batch = dict[str, torch.Tensor]
 # What an update reads of a batch (a sampler gathers nothing else).
 LEARNER_FIELDS = ("obs", "action", "reward", "next_obs", "terminal")
 LOG_STD_RANGE = (-5.0, 2.0)
+IMAGE_AUGMENTATIONS = ("random_shift", "none")
+# DrQ's and RLPD's shift: pad 4 pixels (edges replicated), crop back at random.
+SHIFT_PAD = 4
+
+
+class EncoderLayoutError(ValueError):
+    """A checkpoint's actor and this learner's differ in whether they read the critics'
+    encoder (`RLPDSettings.shared_encoder`)."""
+
+
+def shares_encoder(state: dict) -> bool:
+    """Whether a learner's saved state (`RLPDLearner.state_dict`) is of an actor that
+    reads the critics' encoder; checkpoints from before it could have none."""
+    return bool(state.get("shared_encoder", False))
 
 
 @dataclass(frozen=True)
@@ -53,8 +70,19 @@ class RLPDSettings:
     backup_entropy: bool = False
     # On a GPU, replay each round as one captured CUDA graph (trainer.algorithms.rlpd_graph).
     cuda_graph: bool = True
+    # Camera images only. The actor reads the critics' convolutions under a stop-gradient
+    # (RLPD's and DrQ's pixel agents) rather than training a CNN of its own.
+    shared_encoder: bool = True
+    # Camera images only: random_shift (every update's obs and next_obs shifted by up to
+    # SHIFT_PAD pixels, each row its own shift) or none.
+    image_augmentation: str = "random_shift"
 
     def __post_init__(self) -> None:
+        if self.image_augmentation not in IMAGE_AUGMENTATIONS:
+            raise ValueError(
+                f"image_augmentation: {' or '.join(IMAGE_AUGMENTATIONS)}, "
+                f"not {self.image_augmentation!r}"
+            )
         if self.cta_ratio < 1:
             raise ValueError(f"cta_ratio: must be at least 1, not {self.cta_ratio}")
         if not 1 <= self.critic_subsample <= self.critic_ensemble:
@@ -231,11 +259,18 @@ class RLPDLearner:
         self.settings = settings
         self.device = torch.device(device)
         self.precision = precision
+        self.images = len(shape) == 3
+        self.shared_encoder = self.images and settings.shared_encoder
+        self.shifts_images = self.images and settings.image_augmentation == "random_shift"
         hidden = settings.hidden_sizes
         self.actor = TanhGaussianActor(shape, action_dim, hidden).to(self.device)
         self.critic = CriticEnsemble(
             shape, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
         ).to(self.device)
+        if self.shared_encoder:
+            # The actor's own convolutions are dropped (built all the same, so that a
+            # seed draws the same weights for everything else either way).
+            self.actor.encoder.cnn.share_conv(self.critic.encoder.cnn.conv)
         self.target_critic = CriticEnsemble(
             shape, action_dim, settings.critic_ensemble, hidden, settings.layer_norm
         ).to(self.device)
@@ -251,9 +286,10 @@ class RLPDLearner:
         # Fused Adam: one kernel per step instead of a dozen ops per parameter;
         # capturable (its step count on the device) where a graph replays it.
         adam = {"fused": True, "capturable": graphed}
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), lr=settings.actor_lr, **adam
-        )
+        # The actor's own parameters: a shared encoder is the critic's to train.
+        critic_parameters = {id(p) for p in self.critic.parameters()}
+        actor_parameters = [p for p in self.actor.parameters() if id(p) not in critic_parameters]
+        self.actor_optimizer = torch.optim.Adam(actor_parameters, lr=settings.actor_lr, **adam)
         self.critic_optimizer = torch.optim.Adam(
             self.critic.parameters(), lr=settings.critic_lr, **adam
         )
@@ -292,8 +328,21 @@ class RLPDLearner:
             self.critic_step(next(batches))
         return self.joint_step(next(batches))
 
+    def augment(self, batch: Batch) -> Batch:
+        """`batch` as one update sees it: with `image_augmentation: random_shift`, its
+        observations and next observations shifted (each row by its own draw, the two
+        apart, as DrQ and RLPD draw them); anything else as it is."""
+        if not self.shifts_images:
+            return batch
+        shifted = {name: random_shift(batch[name], SHIFT_PAD) for name in ("obs", "next_obs")}
+        return {**batch, **shifted}
+
     def critic_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic update on the soft Bellman target, then the targets' Polyak step."""
+        return self._critic_update(self.augment(batch))
+
+    def _critic_update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """`critic_step` on a batch already augmented."""
         target = self.td_target(batch)
         with self.autocast():
             predicted = self.critic(batch["obs"], batch["action"]).float()
@@ -329,8 +378,10 @@ class RLPDLearner:
         return torch.add(batch["reward"], alive_q, alpha=settings.discount)
 
     def joint_step(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """The critic, then the actor against the updated critic, then the temperature."""
-        metrics = self.critic_step(batch)
+        """The critic, then the actor against the updated critic, then the temperature,
+        all on the same augmented batch."""
+        batch = self.augment(batch)
+        metrics = self._critic_update(batch)
         # The actor's loss flows through the critic to the actions only: the critic's
         # own weight gradients would be work thrown away.
         self.critic.requires_grad_(False)
@@ -387,9 +438,18 @@ class RLPDLearner:
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "temperature_optimizer": self.temperature_optimizer.state_dict(),
             "updates": self.updates,
+            "shared_encoder": self.shared_encoder,
         }
 
     def load_state_dict(self, state: dict) -> None:
+        saved = shares_encoder(state)
+        if saved != self.shared_encoder:
+            layout = {True: "reads the critics' encoder", False: "has an encoder of its own"}
+            ours = layout[self.shared_encoder]
+            raise EncoderLayoutError(
+                f"the checkpoint's actor {layout[saved]}, this learner's {ours}: set "
+                f"algorithm.rlpd.shared_encoder: {str(saved).lower()} to load it"
+            )
         if self.graphed_round is not None:
             # The optimisers get new state tensors: a captured round points at the old.
             self.graphed_round.reset()

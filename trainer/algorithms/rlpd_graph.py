@@ -14,21 +14,31 @@ there before anything is captured.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
 import torch
 
 from trainer.algorithms.cuda_graphs import PackedGraph, capture_stats, on_side_stream
 
-if TYPE_CHECKING:
-    from trainer.algorithms.rlpd import RLPDLearner
-
 Batch = dict[str, torch.Tensor]
 WARMUP_ROUNDS = 3
 
 
+class RoundLearner(Protocol):
+    """What a graphed round needs of a learner (trainer.algorithms.rlpd's): described
+    here rather than imported, so that the learner's module, which builds a
+    `GraphedRound`, is the only one of the two to import the other."""
+
+    device: torch.device
+    fields: tuple[str, ...]  # the batch fields a round reads
+    updates: int  # critic updates so far, one per batch of a round
+
+    def round(self, batches: Iterable[Batch]) -> dict[str, torch.Tensor]: ...
+
+
 class GraphedRound:
-    def __init__(self, learner: RLPDLearner) -> None:
+    def __init__(self, learner: RoundLearner) -> None:
         self.learner = learner
         self.device = learner.device
         self.side_stream = torch.cuda.Stream(self.device)

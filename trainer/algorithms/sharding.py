@@ -36,7 +36,7 @@ from trainer.checkpoint_errors import UnreadableCheckpoint
 
 # Methods the update calls instead of forward(): FSDP gathers a module's shards around
 # forward() only, unless told of the others.
-FORWARD_METHODS = ("chunk_log_prob",)
+FORWARD_METHODS = ("chunk_log_prob", "token_log_probs")
 
 
 def device_mesh(device: torch.device, world_size: int) -> DeviceMesh:

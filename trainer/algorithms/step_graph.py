@@ -25,15 +25,12 @@ runs the padding and gathering a GPU's replays use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from trainer.algorithms.cuda_graphs import PackedGraph, capture_stats, on_side_stream
 from trainer.data.rollout_storage import Layout, PackedRows
-
-if TYPE_CHECKING:
-    from trainer.algorithms.on_policy import OnPolicyAlgorithm
 
 WARMUP_STEPS = 3
 MAX_GRAPHS = 8  # sizes captured per run; steps of any further size run eagerly
@@ -46,6 +43,21 @@ def padded_rows(rows: int) -> int:
     below it, so at most 1/8 of a padded minibatch is padding."""
     granule = 1 << max(0, rows.bit_length() - 4)
     return -(-rows // granule) * granule
+
+
+class SteppedAlgorithm(Protocol):
+    """What the graphed steps need of the algorithm whose minibatch steps they run
+    (OnPolicyAlgorithm's): its device, the step, and its count of optimizer steps, which
+    a replay advances without running the step's Python. Described here rather than
+    imported, so that the algorithm's module, which builds `GraphedSteps`, is the only
+    one of the two to import the other."""
+
+    device: torch.device
+    optimizer_steps: int
+
+    def _minibatch_step(
+        self, minibatch: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor] | None: ...
 
 
 @dataclass
@@ -61,7 +73,7 @@ class GraphedSteps:
     """An algorithm's minibatch steps: eager at first, then each padded size captured
     once and replayed (`capture`), or run eagerly on the same tables (the CPU)."""
 
-    def __init__(self, algorithm: OnPolicyAlgorithm, capture: bool = True) -> None:
+    def __init__(self, algorithm: SteppedAlgorithm, capture: bool = True) -> None:
         self.algorithm = algorithm
         self.capture = capture
         self.side_stream = torch.cuda.Stream(algorithm.device) if capture else None

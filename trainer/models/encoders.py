@@ -56,7 +56,8 @@ class MLPEncoder(nn.Module):
 
 
 class CNNEncoder(nn.Module):
-    """Camera image ``[B, C, H, W]`` (floats in [0, 1]) to features ``[B, feature_dim]``."""
+    """Camera image ``[B, C, H, W]`` (floats in [0, 1]) to features ``[B, feature_dim]``:
+    convolutions, then a projection of their output (``head``)."""
 
     def __init__(
         self,
@@ -76,9 +77,49 @@ class CNNEncoder(nn.Module):
             flat = self.conv(torch.zeros(1, *obs_shape)).shape[1]
         self.head = nn.Sequential(nn.Linear(flat, feature_dim), nn.Tanh())
         self.feature_dim = feature_dim
+        self.stop_gradient = False
+
+    def share_conv(self, conv: nn.Module) -> None:
+        """Use ``conv``, another encoder's convolutions of the same shape (the module
+        itself, so both read the same weights), instead of this one's own, under a
+        stop-gradient: this encoder's loss trains its projection and not them. RLPD's
+        and DrQ's actor sees images this way, through the critic's convolutions, which
+        the critic's loss alone trains. They stay in this encoder's state, so a copy
+        built without sharing loads it and computes alike."""
+        self.conv = conv
+        self.stop_gradient = True
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.stop_gradient:
+            # Without a graph at all, not only detached: nothing is kept for a backward
+            # that would never reach the shared weights.
+            with torch.no_grad():
+                features = self.conv(obs)
+            return self.head(features)
         return self.head(self.conv(obs))
+
+
+def random_shift(
+    images: torch.Tensor, pad: int = 4, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """DrQ's augmentation: each image ``[B, C, H, W]`` padded by ``pad`` pixels on every
+    side (edges replicated) and cropped back to ``H x W`` at a random offset of its own,
+    so each is shifted by up to ``pad`` pixels each way. Any dtype (uint8 frames as the
+    replay buffers keep them); the offsets drawn on the images' device by ``generator``
+    (the default one when None).
+
+    Written as two gathers with clamped indices, which is what padding with replicated
+    edges and cropping select: no padded copy is made, and the draw and the gathers run
+    on the device without reading anything back (a CUDA graph replays them)."""
+    if pad == 0:
+        return images
+    count, channels, height, width = images.shape
+    offsets = torch.randint(-pad, pad + 1, (count, 2, 1), generator=generator, device=images.device)
+    rows = (torch.arange(height, device=images.device) + offsets[:, 0]).clamp_(0, height - 1)
+    cols = (torch.arange(width, device=images.device) + offsets[:, 1]).clamp_(0, width - 1)
+    shape = (count, channels, height, width)
+    shifted = images.gather(2, rows.view(count, 1, height, 1).expand(shape))
+    return shifted.gather(3, cols.view(count, 1, 1, width).expand(shape))
 
 
 def build_encoder(

@@ -16,6 +16,10 @@ adapter that implements ``ChunkedPolicy``:
   gradients, the log-prob and entropy of the chunk that started at ``offsets`` in the
   plan made from ``plan_obs``. It must return exactly what ``sample_plan`` gave for
   the same parameters (``tests/trainer/models`` checks this for the built-in policy).
+- ``token_log_probs`` (same arguments) gives the same per token ``[B, chunk, env dims]``
+  (a token: one action dim of one step), the sum of which is ``chunk_log_prob``: what
+  the per-token ratio (``algorithm.ratio: token``), the KL anchor and the per-dim
+  entropy read.
 
 Adapters for such models need a GPU with tens of GB of memory and their own weights;
 they are not part of the CPU test suite. The built-in ``GaussianChunkPolicy`` (MLP or
@@ -45,6 +49,14 @@ class ChunkedPolicy(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def chunk_log_prob(
+        self,
+        plan_obs: torch.Tensor,
+        horizons: torch.Tensor,
+        offsets: torch.Tensor,
+        chunk_actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def token_log_probs(
         self,
         plan_obs: torch.Tensor,
         horizons: torch.Tensor,

@@ -1,10 +1,11 @@
 """Per-sample plans for dynamic horizons (seed 000).
 
 Each env slot ``i`` has a planning horizon ``H_i`` (from ``action_horizons_pattern``,
-assigned cyclically over the batch). The cache keeps the slot's full plan and an
-offset; when the offset reaches ``H_i`` the slot replans; the executed chunk is
-``plan[offset : offset + chunk]``. Offsets and horizons are returned with every chunk
-so training can recompute exactly the rollout's log-probabilities.
+one per group of rollouts, the groups taking the pattern's horizons in turn). The cache
+keeps the slot's full plan and an offset; when the offset reaches ``H_i`` the slot
+replans; the executed chunk is ``plan[offset : offset + chunk]``. Offsets and horizons
+are returned with every chunk so training can recompute exactly the rollout's
+log-probabilities (and the critic can value a state at its place in the plan).
 
 Offsets advance by one chunk per decision from 0 at the start of a round, so slot
 ``i`` replans exactly at the decisions ``t`` where ``t * chunk % H_i == 0``: the
@@ -27,11 +28,22 @@ from trainer.devices import to_device_async
 from trainer.models.interface import ChunkedPolicy
 
 
-def assign_horizons(pattern: list[int], batch_size: int) -> torch.Tensor:
-    """``pattern`` repeated over the batch: ``[5, 10, 15]`` for 4 slots is ``[5, 10, 15, 5]``."""
+def assign_horizons(
+    pattern: list[int], batch_size: int, group_size: int = 1, first_group: int = 0
+) -> torch.Tensor:
+    """The horizon of each of ``batch_size`` slots whose consecutive ``group_size`` form
+    a group, the first being the run's group ``first_group``: group ``g`` plans with
+    ``pattern[g % len(pattern)]``. ``[5, 10, 15]`` for 4 slots is ``[5, 10, 15, 5]``;
+    in groups of 2 it is ``[5, 5, 10, 10]``, and from group 2 on ``[15, 15, 5, 5]``.
+
+    One horizon per group: the plan reward favours longer horizons, so a group that
+    mixed them would rank its successes by horizon and push the shorter ones down as
+    hard as failures. Counted over the run's groups, rounds of fewer groups than
+    horizons still use every horizon of the pattern in turn."""
     if not pattern:
         raise ValueError("action_horizons_pattern must not be empty")
-    return torch.tensor([pattern[i % len(pattern)] for i in range(batch_size)], dtype=torch.long)
+    groups = first_group + torch.arange(batch_size, device="cpu") // group_size
+    return torch.tensor(pattern, dtype=torch.long, device="cpu")[groups % len(pattern)]
 
 
 @dataclass(frozen=True)
@@ -94,8 +106,11 @@ class PlanCache:
         self.chunk = chunk
         self.max_horizon = max_horizon
         self.period = math.lcm(*(h // chunk for h in set(self.schedule_horizons.tolist())))
-        self._phases: dict[int, _Phase] = {}
         self.chunks_per_plan = max_horizon // chunk
+        # Every phase worked out now, when a round starts: a round whose horizons moved
+        # over the slots (SpareCaches) makes a new cache, and its steps must still
+        # read nothing back from the device.
+        self._phases = {key: self._make_phase(key) for key in range(self.period)}
         self.plans: torch.Tensor | None = None  # [B, max_horizon, action_dim]
         self.chunk_log_probs: torch.Tensor | None = None  # [B, chunks_per_plan]
         self.restart()
@@ -191,23 +206,63 @@ class PlanCache:
         return draw
 
     def _phase(self) -> _Phase:
-        key = self.phase_key()
-        phase = self._phases.get(key)
-        if phase is None:
-            offsets = (key * self.chunk) % self.schedule_horizons
-            replan = (offsets == 0).nonzero().squeeze(1)
-            replan_horizons = self.schedule_horizons.index_select(0, replan)
-            slots = torch.arange(self.batch_size, device="cpu")
-            device = self.device
-            phase = _Phase(
-                replan=replan.to(device),
-                replan_horizons=replan_horizons.to(device),
-                plan_steps=int(replan_horizons.max()) if replan.numel() else 0,
-                offsets=offsets.to(device),
-                chunk_rows=(slots * self.chunks_per_plan + offsets // self.chunk).to(device),
-            )
-            self._phases[key] = phase
-        return phase
+        return self._phases[self.phase_key()]
+
+    def _make_phase(self, key: int) -> _Phase:
+        offsets = (key * self.chunk) % self.schedule_horizons
+        replan = (offsets == 0).nonzero().squeeze(1)
+        replan_horizons = self.schedule_horizons.index_select(0, replan)
+        slots = torch.arange(self.batch_size, device="cpu")
+        device = self.device
+        return _Phase(
+            replan=replan.to(device),
+            replan_horizons=replan_horizons.to(device),
+            plan_steps=int(replan_horizons.max()) if replan.numel() else 0,
+            offsets=offsets.to(device),
+            chunk_rows=(slots * self.chunks_per_plan + offsets // self.chunk).to(device),
+        )
+
+
+class SpareCaches:
+    """Plan caches put aside by rounds of other horizons, kept for the next round that
+    has theirs. Groups take the pattern's horizons in turn over the run, so unless the
+    groups of a round are a multiple of the pattern's length, consecutive rounds shift
+    the horizons over the slots; the few schedules that makes come round again, and
+    each keeps its worked-out phases (and a GPU's captured decisions) instead of being
+    made anew every round. A cache belongs to one rollout at a time: only the one a
+    rollout gives up is put aside, and a cache taken is no longer spare."""
+
+    def __init__(self) -> None:
+        self._spare: dict[tuple[tuple[int, ...], int, int], PlanCache] = {}
+
+    def cache_for_round(
+        self,
+        current: PlanCache | None,
+        horizons: torch.Tensor,
+        chunk: int,
+        max_horizon: int,
+        device: torch.device | str,
+    ) -> PlanCache:
+        """The cache for a round of ``horizons``, restarted: ``current`` when it has
+        their schedule, else a spare one that has it, else a new one; a ``current``
+        of another schedule is put aside."""
+        if current is not None and current.same_schedule(horizons, chunk, max_horizon):
+            current.restart()
+            return current
+        if current is not None:
+            key = self._key(current.schedule_horizons, current.chunk, current.max_horizon)
+            self._spare[key] = current
+        cache = self._spare.pop(self._key(horizons, chunk, max_horizon), None)
+        if cache is None:
+            return PlanCache(horizons, chunk, max_horizon, device)
+        cache.restart()
+        return cache
+
+    @staticmethod
+    def _key(
+        horizons: torch.Tensor, chunk: int, max_horizon: int
+    ) -> tuple[tuple[int, ...], int, int]:
+        return tuple(horizons.tolist()), chunk, max_horizon
 
 
 def decide(policy: ChunkedPolicy, cache: PlanCache, obs: torch.Tensor, chunk: int) -> ChunkDraw:

@@ -111,6 +111,18 @@ class GaussianChunkPolicy(nn.Module):
         chunk starts inside that plan: with both stored at rollout time, this gives
         exactly the rollout's log-probabilities for the same parameters.
         """
+        log_probs, entropy = self.token_log_probs(plan_obs, horizons, offsets, chunk_actions)
+        return log_probs.sum((1, 2)), entropy.sum((1, 2))
+
+    def token_log_probs(
+        self,
+        plan_obs: torch.Tensor,
+        horizons: torch.Tensor,
+        offsets: torch.Tensor,
+        chunk_actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``chunk_log_prob`` per token ``[B, chunk, env dims]``: each action dim of each
+        step is a token (the unit a per-token ratio clips), with its entropy."""
         chunk = chunk_actions.shape[1]
         dims = self.env_action_dim
         mean = self.plan_mean(plan_obs, horizons)
@@ -119,9 +131,9 @@ class GaussianChunkPolicy(nn.Module):
             mean = mean.gather(1, steps[:, :, None].expand(-1, -1, self.action_dim))
         mean = mean[..., :dims]
         log_std = self.log_std[:dims]
-        log_prob = _log_prob(chunk_actions[..., :dims], mean, log_std).sum((1, 2))
-        entropy = (chunk * (0.5 + _HALF_LOG_2PI + log_std).sum()).expand(log_prob.shape[0])
-        return log_prob, entropy
+        log_probs = _log_prob(chunk_actions[..., :dims], mean, log_std)
+        entropy = (0.5 + _HALF_LOG_2PI + log_std).expand_as(log_probs)
+        return log_probs, entropy
 
     def step_log_probs(
         self, obs: torch.Tensor, horizons: torch.Tensor, plans: torch.Tensor

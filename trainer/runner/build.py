@@ -49,6 +49,9 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         gamma=a.gamma,
         gae_lambda=a.gae_lambda,
         clip_ratio=a.clip_ratio,
+        clip_ratio_low=a.clip_ratio_low,
+        clip_ratio_high=a.clip_ratio_high,
+        kl_coef=a.kl_coef,
         value_clip=a.value_clip,
         value_loss_coef=a.value_loss_coef,
         entropy_coef=a.entropy_coef,
@@ -178,7 +181,8 @@ def build_critic(
         from trainer.models.vla.value_head import VLAValueHead
 
         return VLAValueHead(policy, hidden)  # type: ignore[arg-type]
-    return ValueCritic(build_encoder(model.kind, obs_shape, hidden, model.activation))
+    encoder = build_encoder(model.kind, obs_shape, hidden, model.activation)
+    return ValueCritic(encoder, max_horizon=policy.max_horizon)
 
 
 def build_components(
@@ -222,11 +226,15 @@ def build_components(
         precision=config.actor.precision,
     )
     task_ids = list(config.env.task_ids) if config.env.task_ids else list(range(env.num_tasks))
-    if model.init_from:
-        start_policy_from(algorithm, Path(model.init_from))
+    demos = None
     if algorithm_config.name == "bc":
-        bc = algorithm_config.bc
         demos = bc_demos(config, env.obs_shape, task_ids, env.vision_language)
+        if model.kind == "vla" and model.action_bounds == "demos":
+            policy.bins.fit_bounds(demos["action"])  # type: ignore[attr-defined]
+    if model.init_from:  # after the fit: a checkpoint's bins are those its weights learnt
+        start_policy_from(algorithm, Path(model.init_from))
+    if demos is not None:
+        bc = algorithm_config.bc
         horizons = list(config.rollout.action_horizons_pattern)
         algorithm.set_demos(demos, horizons, bc.batch_size, bc.updates_per_iteration)
     return Components(env=env, algorithm=algorithm, task_ids=task_ids)

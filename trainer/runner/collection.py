@@ -123,6 +123,10 @@ class CollectedBatch:
     rounds: int
     masked_trajectories: int
     warning: str | None
+    # Of the groups of every round run, those whose scores differ: the groups a
+    # group-relative advantage can learn from (0 of 0 without groups).
+    informative_groups: int = 0
+    groups: int = 0
 
 
 def collect_exact_batch(
@@ -143,6 +147,7 @@ def collect_exact_batch(
     batch needs). If the batch is still short, it is completed with set-aside groups
     whose loss mask is 0 and a warning is logged: when every rollout succeeds (or
     fails) resampling can never help, and RIPT-VLA's unbounded loop would hang there.
+    With groups, the informative ones are counted whether or not they are filtered.
     """
     if data_batch_size % group_size or round_size % group_size:
         raise ValueError("data_batch_size and the round size must be multiples of group_size")
@@ -153,13 +158,18 @@ def collect_exact_batch(
     episodes: list[Trajectories] = []
     kept_count = 0
     rounds = 0
+    informative = groups = 0
     while kept_count < data_batch_size and rounds < max_rounds:
         trajectories = next_round()
         rounds += 1
         episodes.append(trajectories)
-        if filter_groups:
+        if filter_groups or group_size > 1:
             score = scores(trajectories) if scores else trajectories.policy_success.float()
             mixed = informative_groups(score, group_size)
+            if group_size > 1:  # a rollout alone is no group to compare within
+                informative += int(mixed.sum())
+                groups += mixed.numel()
+        if filter_groups:
             keep = mixed.repeat_interleave(group_size)
             kept.append(trajectories.select(keep))
             set_aside.append(trajectories.select(~keep))
@@ -186,4 +196,6 @@ def collect_exact_batch(
         rounds=rounds,
         masked_trajectories=masked,
         warning=warning,
+        informative_groups=informative,
+        groups=groups,
     )

@@ -98,7 +98,6 @@ class OnPolicyRunner(TrainingLoop):
         self.init_states = InitStateSampler(
             {task: int(self.env.init_states(task).shape[0]) for task in components.task_ids}
         )
-        self.horizons = assign_horizons(config.rollout.action_horizons_pattern, self.env.num_envs)
         chunk = config.actor.model.num_action_chunks
         self.steps_per_episode = -(-config.env.max_episode_steps // chunk)
         self.next_group_index = 0
@@ -113,12 +112,19 @@ class OnPolicyRunner(TrainingLoop):
             algorithm_config.group_size,
             algorithm_config.init_states,
         )
+        # One horizon per group, the groups taking the pattern's in turn over the run.
+        horizons = assign_horizons(
+            self.config.rollout.action_horizons_pattern,
+            self.env.num_envs,
+            algorithm_config.group_size,
+            self.next_group_index,
+        )
         trajectories = run_round(
             self.env,
             self.algorithm,
             task_id,
             indices,
-            self.horizons,
+            horizons,
             self.steps_per_episode,
             self.next_group_index,
             algorithm_config.group_size,
@@ -170,6 +176,8 @@ class OnPolicyRunner(TrainingLoop):
         episodes = collected.episodes if collected else []
         counts = sum_counts(episode_counts(e) for e in episodes)
         counts["env_steps"] = float(sum(int(e.episode_length.sum()) for e in episodes))
+        counts["informative_groups"] = float(collected.informative_groups if collected else 0)
+        counts["groups"] = float(collected.groups if collected else 0)
         counts = self.collective.sum_counts(counts)  # every rank's episodes
         started = time.monotonic()
         if collected is None:
@@ -183,6 +191,8 @@ class OnPolicyRunner(TrainingLoop):
         update_seconds = time.monotonic() - started
         samples = int(rows["weight"].shape[0])
         env_steps = int(counts.pop("env_steps"))
+        informative = counts.pop("informative_groups", 0.0)
+        groups = counts.pop("groups", 0.0)
         self.total_env_steps += env_steps
         self.iteration += 1
         self.task_cursor.advance()
@@ -193,6 +203,10 @@ class OnPolicyRunner(TrainingLoop):
                 r for rates in self.collective.gather_objects(mine) for r in rates
             ]
         metrics.update(rates_from_counts(counts, interventions=has_operator))
+        if groups:
+            # The groups whose outcomes differ, of all rolled out (the group filter keeps
+            # only those): the share of the rollouts a group-relative update learns from.
+            metrics["rollout/informative_group_share"] = informative / groups
         algorithm = self.algorithm
         metrics.update(gather_device_metrics(self.collective, algorithm.device, algorithm.decider))
         metrics.update(

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import torch
 
 from trainer.algorithms.metrics import rates_from_counts
-from trainer.algorithms.rlpd import RLPDSettings
+from trainer.algorithms.rlpd import EncoderLayoutError, RLPDSettings
 from trainer.algorithms.rlpd_algorithm import RLPDAlgorithm
 from trainer.config.errors import ConfigError
 from trainer.config.schema import ExperimentConfig
@@ -71,6 +71,7 @@ def rlpd_settings(config: ExperimentConfig) -> RLPDSettings:
         temperature_lr=r.temperature_lr, init_temperature=r.init_temperature,
         target_entropy=r.target_entropy, cta_ratio=r.cta_ratio,
         backup_entropy=r.backup_entropy, cuda_graph=r.cuda_graph,
+        shared_encoder=r.shared_encoder, image_augmentation=r.image_augmentation,
     )  # fmt: skip
 
 
@@ -371,7 +372,10 @@ class RLPDRunner(TrainingLoop):
 
     def load_state(self, state: dict[str, Any], path: Path) -> None:
         self.iteration = state["iteration"]
-        self.algorithm.learner.load_state_dict(state["learner"])
+        try:
+            self.algorithm.learner.load_state_dict(state["learner"])
+        except EncoderLayoutError as error:
+            raise ConfigError.single("algorithm.rlpd.shared_encoder", str(error)) from None
         self.total_env_steps = state["total_env_steps"]
         self.algorithm.owed_updates = state.get("owed_updates", 0.0)  # 0 in older checkpoints
         self.task_cursor.position = state["task_cursor"]

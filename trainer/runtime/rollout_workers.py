@@ -23,7 +23,7 @@ from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.config.env_shards import ROLLOUT
 from trainer.config.schema import ExperimentConfig
 from trainer.devices import to_device_async
-from trainer.models.plan_cache import ChunkDraw, PlanCache, decide
+from trainer.models.plan_cache import ChunkDraw, PlanCache, SpareCaches, decide
 from trainer.models.trained_state import load_trained_state, trained_state
 from trainer.runtime.ray_calls import answer
 from trainer.whereabouts import ProcessReport
@@ -45,6 +45,7 @@ class RolloutWorker:
             torch.set_num_threads(self.config.runner.torch_threads)
         self.policy: nn.Module | None = None
         self.cache: PlanCache | None = None
+        self.spare_caches = SpareCaches()
         self.device = torch.device("cpu")  # prepare() resolves actor.device
         self.graphs: GraphedDecisions | None = None  # on a GPU: decisions replayed
 
@@ -77,11 +78,9 @@ class RolloutWorker:
         if weights is not None:
             load_trained_state(self.policy, weights)
         chunk = self.config.actor.model.num_action_chunks
-        max_horizon = self.policy.max_horizon
-        if self.cache is not None and self.cache.same_schedule(horizons, chunk, max_horizon):
-            self.cache.restart()
-        else:
-            self.cache = PlanCache(horizons, chunk, max_horizon, self.device)
+        self.cache = self.spare_caches.cache_for_round(
+            self.cache, horizons, chunk, self.policy.max_horizon, self.device
+        )
         torch.manual_seed(seed)
 
     @torch.no_grad()

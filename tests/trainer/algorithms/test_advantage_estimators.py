@@ -85,8 +85,8 @@ def test_the_group_filter_keeps_only_mixed_groups():
         informative_groups(success, 4)
 
 
-def test_the_group_filter_keeps_all_success_groups_whose_plan_rewards_differ():
-    # Two successes with horizons 5 and 10 under the plan reward score 1.1 and 1.2:
-    # GRPO learns from the difference. Equal scores carry nothing, whatever they are.
+def test_the_group_filter_compares_scores_whatever_they_are():
+    # Groups whose scores differ are kept; equal scores carry nothing, whatever they are.
+    # (GRPO gives it successes: the plan reward comes after the group's normalisation.)
     scores = torch.tensor([1.1, 1.2, 1.1, 1.1, 0.0, 0.0])
     assert informative_groups(scores, 2).tolist() == [True, False, False]

@@ -198,9 +198,11 @@ def test_bad_settings_are_named():
 
 
 def test_image_observations_train_through_each_networks_own_encoder():
+    """Without `shared_encoder` (the shared one: tests/trainer/algorithms/test_rlpd_pixels.py)."""
     torch.manual_seed(0)
     shape = (3, 16, 16)
-    rlpd = RLPDLearner(shape, ACT, RLPDSettings(hidden_sizes=(32, 32), cta_ratio=1, tau=0.5))
+    settings = RLPDSettings(hidden_sizes=(32, 32), cta_ratio=1, tau=0.5, shared_encoder=False)
+    rlpd = RLPDLearner(shape, ACT, settings)
 
     def frames() -> dict:  # uint8, as the replay buffers keep camera frames
         return {

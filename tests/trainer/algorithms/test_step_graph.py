@@ -45,6 +45,8 @@ GRPO_SETTINGS = {"update_epochs": 2, "num_minibatches": 3, "group_size": 2, "wit
         (PPO, {"update_epochs": 3, "num_minibatches": 3, "entropy_coef": 0.01}, False),
         (GRPO, GRPO_SETTINGS, False),
         (GRPO, GRPO_SETTINGS, True),  # the group filter's masked groups weigh nothing
+        # per-token ratios and the KL anchor: their columns padded with the rest
+        (GRPO, {**GRPO_SETTINGS, "ratio": "token", "kl_coef": 0.1, "clip_ratio_high": 0.28}, True),
     ],
 )
 def test_steps_on_padded_fixed_tables_compute_what_plain_steps_do(cls, settings, masked):

@@ -13,13 +13,14 @@ GAMMA = 0.9
 
 
 class CountingCritic(nn.Module):
-    """V(s) = sum of the first three features (the effector position); counts calls."""
+    """V(s) = sum of the first three features (the effector position), whatever the
+    plan (tests/trainer/algorithms/test_plan_aware_values.py covers that); counts calls."""
 
     def __init__(self):
         super().__init__()
         self.calls = []
 
-    def forward(self, obs):
+    def forward(self, obs, horizons, offsets):
         self.calls.append(obs.shape[0])
         return obs[:, :3].sum(1)
 
@@ -35,18 +36,27 @@ def test_bootstrap_uses_the_true_final_observation_for_timed_out_rows_in_one_bat
     timeouts = torch.tensor([True, False, False, True])
     final_obs = torch.tensor([[1.0, 1.0, 1.0], [5.0, 0, 0], [7.0, 0, 0], [0.5, 0.5, 0.0]])
     next_obs = torch.zeros(4, 3)  # already reset
-    out = bootstrap_timeouts(rewards, timeouts, final_obs, next_obs, critic, GAMMA)
+    plan = {
+        "horizons": torch.full((4,), 5),
+        "offsets": torch.zeros(4, dtype=torch.long),
+        "chunk": 5,
+    }
+    out = bootstrap_timeouts(rewards, timeouts, final_obs, next_obs, critic, GAMMA, **plan)
     assert out.tolist() == pytest.approx([0.9 * 3.0, 1.0, 0.0, 0.9 * 1.0])
     assert critic.calls == [2]  # one batched call over the two timed-out rows only
     assert rewards.tolist() == [0.0, 1.0, 0.0, 0.0]  # input left untouched
     # without a final observation it falls back to the next observation
-    fallback = bootstrap_timeouts(rewards, timeouts, None, final_obs, critic, GAMMA)
+    fallback = bootstrap_timeouts(rewards, timeouts, None, final_obs, critic, GAMMA, **plan)
     assert torch.equal(fallback, out)
     nothing = torch.zeros(4, dtype=torch.bool)
-    assert torch.equal(bootstrap_timeouts(rewards, nothing, None, next_obs, critic, GAMMA), rewards)
+    unchanged = bootstrap_timeouts(rewards, nothing, None, next_obs, critic, GAMMA, **plan)
+    assert torch.equal(unchanged, rewards)
 
 
 def _ppo(env):
+    # Seeded: whether a random policy's copy reaches its goal before the time limit must
+    # not depend on which tests ran before.
+    torch.manual_seed(0)
     policy = GaussianChunkPolicy(build_encoder("mlp", env.obs_shape, (16,)), 7, 7, 5)
     algorithm = PPO(policy, CountingCritic(), OnPolicySettings(gamma=GAMMA), chunk=5)
     algorithm.start_round(assign_horizons([5], env.num_envs), num_steps=2)

@@ -13,6 +13,7 @@ from trainer.models import (
     assign_horizons,
     build_encoder,
 )
+from trainer.models.plan_cache import SpareCaches
 from trainer.runner.collection import run_round
 
 torch.set_num_threads(1)
@@ -226,7 +227,7 @@ def test_a_cnn_policy_and_critic_work_on_camera_images():
     torch.manual_seed(2)
     obs_shape = (3, 32, 32)
     policy = _policy("cnn", obs_shape, action_dim=7)
-    critic = ValueCritic(build_encoder("cnn", obs_shape, (32,)), (32,))
+    critic = ValueCritic(build_encoder("cnn", obs_shape, (32,)), (32,), max_horizon=15)
     obs = torch.rand(4, *obs_shape)
     horizons = torch.tensor([10, 5, 10, 5])
     cache = PlanCache(horizons, 5, 15)
@@ -235,7 +236,7 @@ def test_a_cnn_policy_and_critic_work_on_camera_images():
     draw = cache.next_chunk()
     log_prob, _ = policy.chunk_log_prob(obs, draw.horizons, draw.offsets, draw.actions)
     assert torch.allclose(log_prob, draw.log_prob, atol=1e-5)
-    assert critic(obs).shape == (4,)
+    assert critic(obs, draw.horizons, draw.offsets).shape == (4,)
 
 
 def test_mismatched_models_are_rejected():
@@ -277,3 +278,22 @@ def test_every_slot_walks_its_plan_in_chunks_and_replans_at_its_horizon(
         # each slot executes the plan it made at its last replanning decision
         made_at = step - (step % (horizons // chunk))
         assert torch.equal(draw.actions[:, 0, 0], made_at.float())
+
+
+def test_rounds_of_shifted_horizons_keep_one_cache_per_schedule_never_shared():
+    # Groups take the pattern's horizons in turn over the run, so rounds may alternate
+    # between schedules: each keeps its cache (its phases worked out once).
+    spare = SpareCaches()
+    first, shifted = torch.tensor([5, 5, 10, 10]), torch.tensor([10, 10, 5, 5])
+    a = spare.cache_for_round(None, first, 5, 10, "cpu")
+    a.replan_slots()
+    a.decision = 3
+    b = spare.cache_for_round(a, shifted, 5, 10, "cpu")
+    assert b is not a
+    assert spare.cache_for_round(b, first, 5, 10, "cpu") is a
+    assert a.decision == 0 and a._phases  # restarted, its schedule kept
+    assert spare.cache_for_round(a, first, 5, 10, "cpu") is a
+    # A rollout that starts from none (a pipeline stage) never gets a cache in use.
+    assert spare.cache_for_round(None, first, 5, 10, "cpu") is not a
+    assert spare.cache_for_round(None, shifted, 5, 10, "cpu") is b  # b was given up
+    assert spare.cache_for_round(None, shifted, 5, 10, "cpu") is not b

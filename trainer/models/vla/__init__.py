@@ -48,7 +48,9 @@ def build_vla_policy(
         backbone = inject_adapter_in_model(adapters, backbone)
         for name, parameter in backbone.named_parameters():
             parameter.requires_grad_("lora_" in name)
-    low, high = model.action_bounds
+    # Bounds fitted to demos are set once the demos are read (trainer.runner.build), or
+    # loaded with a checkpoint; [-1, 1] until then.
+    low, high = (-1.0, 1.0) if model.action_bounds == "demos" else model.action_bounds
     bins = ActionBins(model.num_bins, [low] * model.action_dim, [high] * model.action_dim)
     policy = VLAChunkPolicy(
         backbone, processor, spec, bins, model.action_dim, env_action_dim, max_horizon,

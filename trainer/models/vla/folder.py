@@ -55,7 +55,11 @@ def load_folder(folder: Path) -> tuple[Any, Any]:
     logging.disable_progress_bar()
     logging.set_verbosity_error()  # e.g. "torchvision is not installed": its PIL path is ours
     processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
-    model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True)
+    # sdpa whatever the folder's config asks: the policy passes its own attention
+    # pattern as a 4D mask, which flash attention would not honour.
+    model = AutoModelForImageTextToText.from_pretrained(
+        folder, local_files_only=True, attn_implementation="sdpa"
+    )
     return model, processor
 
 

@@ -8,6 +8,14 @@ token's logits over ``num_bins`` bins, so the whole plan is decoded in parallel,
 OpenVLA-OFT. The tokens of a plan are independent given the prompt, so a chunk's
 log-prob is the sum of its tokens' and is recomputed exactly by the same forward.
 
+Every forward passes its attention pattern explicitly (``attention_pattern``): the
+prompt attends to itself both ways, as PaliGemma was pretrained on its prefix, and the
+queries attend to the prompt and to each other, never the prompt to the queries. Left
+to the backbone, the pattern would follow the batch: PaliGemma's decoder is
+bidirectional with no mask and causal once any row is padded. The network is
+deterministic whatever mode its caller sets (no dropout), so a rollout's log-probs are
+the update's.
+
 The backbone comes through transformers' Auto classes; what is used of it is what
 image-text-to-text families share: the input embeddings, ``get_image_features`` (one
 feature per image token), the decoder, and the processor's tokenizer and image settings.
@@ -29,6 +37,15 @@ from trainer.models.vla.folder import fingerprint
 
 # Where families keep their vision tower, for `freeze_vision`.
 VISION_TOWER_NAMES = ("vision_tower", "vision_model", "visual")
+# Attention implementations that take an explicit [B, 1, Q, K] additive mask.
+MASKED_ATTENTION = ("sdpa", "eager")
+# The processor's `resample` (PIL's numbering, or torchvision's mode names) as torch's
+# interpolation mode; "nearest-exact" is PIL's nearest (pixel centres).
+RESAMPLE_MODES: dict[int | str, str] = {
+    0: "nearest-exact", 2: "bilinear", 3: "bicubic",
+    "nearest": "nearest-exact", "nearest-exact": "nearest-exact", "bilinear": "bilinear",
+    "bicubic": "bicubic",
+}  # fmt: skip
 
 
 class VLAChunkPolicy(nn.Module):
@@ -75,10 +92,27 @@ class VLAChunkPolicy(nn.Module):
         settings = processor.image_processor
         size = settings.size
         self.pixel_size = (int(size["height"]), int(size["width"]))
+        self.resize_mode = resize_mode(settings)
         mean = torch.tensor(settings.image_mean, dtype=torch.float32).view(1, 3, 1, 1)
         std = torch.tensor(settings.image_std, dtype=torch.float32).view(1, 3, 1, 1)
         self.register_buffer("pixel_mean", mean, persistent=False)
         self.register_buffer("pixel_std", std, persistent=False)
+        implementation = getattr(backbone.get_decoder().config, "_attn_implementation", "sdpa")
+        if implementation not in MASKED_ATTENTION:
+            raise ValueError(
+                f"the policy's attention pattern needs {' or '.join(MASKED_ATTENTION)} "
+                f"attention; the model is set to {implementation}"
+            )
+        # One mode for the whole tree: from_pretrained leaves the backbone in eval mode,
+        # in which transformers skips gradient checkpointing.
+        self.train()
+
+    def train(self, mode: bool = True) -> VLAChunkPolicy:
+        """The caller's mode for every module; dropout stays off in both (see
+        ``switch_off_dropout``), so train and eval run the same network."""
+        super().train(mode)
+        switch_off_dropout(self)
+        return self
 
     # ----- the forward ---------------------------------------------------------------
     def pixel_values(self, images: torch.Tensor) -> torch.Tensor:
@@ -86,8 +120,23 @@ class VLAChunkPolicy(nn.Module):
         ``[N * k, C, h, w]``: its resize and normalisation as one batch of tensor ops."""
         flat = images.flatten(0, 1)
         if tuple(flat.shape[-2:]) != self.pixel_size:
-            flat = F.interpolate(flat, size=self.pixel_size, mode="bilinear", antialias=True)
+            flat = self._resize(flat)
         return (flat - self.pixel_mean) / self.pixel_std
+
+    def _resize(self, images: torch.Tensor) -> torch.Tensor:
+        """The processor's resize of 8-bit pictures, as PIL does it: its filter (SigLIP's
+        is bicubic) antialiased (torch's antialiased kernels are PIL's), across then
+        down, each pass clipped and rounded to 8 bits. The clipping of a pass's
+        overshoot is what a one-pass float resize misses (up to 15 of 255 levels)."""
+        height, width = self.pixel_size
+        if self.resize_mode == "nearest-exact":
+            return F.interpolate(images, size=(height, width), mode="nearest-exact")
+        levels = images.mul(255).round()
+        for size in ((levels.shape[-2], width), (height, width)):
+            if tuple(levels.shape[-2:]) != size:
+                levels = F.interpolate(levels, size=size, mode=self.resize_mode, antialias=True)
+                levels = levels.clamp(0, 255).round()
+        return levels / 255
 
     def plan_logits(self, obs: torch.Tensor, horizons: torch.Tensor) -> torch.Tensor:
         """``[B, max_horizon, action_dim, num_bins]`` float32 logits of the plan."""
@@ -111,10 +160,15 @@ class VLAChunkPolicy(nn.Module):
             parts.append(self.proprio_projector(proprio).unsqueeze(1).to(embeddings.dtype))
         parts.append(queries.expand(batch, -1, -1).to(embeddings.dtype))
         inputs = torch.cat(parts, dim=1)
-        mask = torch.cat([mask, mask.new_ones(batch, inputs.shape[1] - mask.shape[1])], dim=1)
-        positions = (mask.cumsum(1) - 1).clamp(min=0)  # left padding: real tokens from 0
+        prompt = inputs.shape[1] - queries.shape[1]  # image tokens, instruction, proprio
+        mask = torch.cat([mask, mask.new_ones(batch, prompt - mask.shape[1])], dim=1)
+        allowed = attention_pattern(mask, queries.shape[1])
+        bias = torch.zeros(allowed.shape, dtype=inputs.dtype, device=inputs.device)
+        bias = bias.masked_fill(~allowed, torch.finfo(inputs.dtype).min)
+        positions = torch.cat([mask, mask.new_ones(batch, queries.shape[1])], dim=1)
+        positions = (positions.cumsum(1) - 1).clamp(min=0)  # left padding: real tokens from 0
         hidden = self.backbone.get_decoder()(
-            inputs_embeds=inputs, attention_mask=mask, position_ids=positions
+            inputs_embeds=inputs, attention_mask=bias, position_ids=positions
         ).last_hidden_state
         return hidden[:, -queries.shape[1] :]
 
@@ -154,6 +208,18 @@ class VLAChunkPolicy(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-prob and entropy, over the env's dims, of the chunk of actions that
         started at ``offsets`` in the plan made from ``plan_obs``."""
+        log_probs, entropy = self.token_log_probs(plan_obs, horizons, offsets, chunk_actions)
+        return log_probs.sum((1, 2)), entropy.sum((1, 2))
+
+    def token_log_probs(
+        self,
+        plan_obs: torch.Tensor,
+        horizons: torch.Tensor,
+        offsets: torch.Tensor,
+        chunk_actions: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``chunk_log_prob`` per action token ``[B, chunk, env dims]``, with each
+        token's entropy over its bins: what a per-token ratio clips."""
         chunk = chunk_actions.shape[1]
         log_probs = self._tempered(self.plan_logits(plan_obs, horizons)).log_softmax(-1)
         if chunk < self.max_horizon:
@@ -165,7 +231,7 @@ class VLAChunkPolicy(nn.Module):
         tokens = self.bins.tokens(chunk_actions[..., :dims])
         taken = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return taken.sum((1, 2)), entropy.sum((1, 2))
+        return taken, entropy
 
     def _tempered(self, logits: torch.Tensor) -> torch.Tensor:
         return logits if self.temperature == 1.0 else logits / self.temperature
@@ -204,6 +270,54 @@ class VLAChunkPolicy(nn.Module):
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def attention_pattern(prompt_mask: torch.Tensor, queries: int) -> torch.Tensor:
+    """Who attends to whom in ``[prompt, queries]``: ``[B, 1, L, L]`` bools, True where
+    the token of a row (query side) may read the token of a column (key side).
+    ``prompt_mask [B, P]`` marks the prompt's real tokens (it is left-padded).
+
+    Padding is read by no one; the prompt's tokens read each other both ways (PaliGemma's
+    prefix attention, as pretrained); the queries read the prompt and each other; the
+    prompt never reads the queries (OpenVLA-OFT's layout), so the prompt's states are
+    the same whatever is asked of it. Every row reads at least the prompt's real
+    tokens, so no softmax is over nothing."""
+    batch, prompt = prompt_mask.shape
+    length = prompt + queries
+    real = torch.cat(
+        [prompt_mask.bool(), prompt_mask.new_ones(batch, queries, dtype=torch.bool)], 1
+    )
+    is_query = torch.arange(length, device=prompt_mask.device) >= prompt
+    readable = ~is_query[None, :] | is_query[:, None]  # [L, L]: prompt keys, or query reads query
+    return (real[:, None, :] & readable[None]).unsqueeze(1)
+
+
+def switch_off_dropout(module: nn.Module) -> None:
+    """Dropout's probabilities set to 0 in ``module``: LoRA's and any of the backbone's.
+    A rollout's log-probs must be the update's for the same weights (veRL runs its
+    actor without dropout for the same reason), and a mode switch alone would not hold:
+    the adapters are built in train mode, and callers set modes as they need."""
+    for inner in module.modules():
+        if isinstance(inner, nn.modules.dropout._DropoutNd):
+            inner.p = 0.0
+        # transformers' attention layers keep their dropout as a float they apply in train
+        # mode (Gemma's `attention_dropout`, SigLIP's `dropout`).
+        for name in ("attention_dropout", "dropout"):
+            if isinstance(getattr(inner, name, None), float):
+                setattr(inner, name, 0.0)
+
+
+def resize_mode(image_processor: Any) -> str:
+    """The torch interpolation mode of the processor's own resize (``resample``)."""
+    resample = getattr(image_processor, "resample", 2)
+    key = getattr(resample, "value", resample)  # PIL's IntEnum, torchvision's mode enum
+    try:
+        return RESAMPLE_MODES[int(key) if not isinstance(key, str) else key.lower()]
+    except (KeyError, ValueError):
+        raise ValueError(
+            f"the processor resizes with resample={resample!r}; the policy does bicubic, "
+            "bilinear and nearest as the processor would"
+        ) from None
 
 
 def vision_tower(backbone: nn.Module) -> nn.Module:
