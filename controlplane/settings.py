@@ -43,7 +43,8 @@ if env_bool("ARMATURE_TRUST_X_FORWARDED_PROTO", False):
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # Django's admin, its site behind the access table (controlplane/access/admin_site.py).
+    "controlplane.access.admin_app.AdminSiteConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -277,11 +278,20 @@ LOGGING = {
 
 # How often the live status panel re-checks every component.
 ARMATURE_STATUS_INTERVAL_S = float(env_str("ARMATURE_STATUS_INTERVAL_S", "5"))
+# How often an open browser socket reads its user's role version (one cache read): a
+# logout, a password change, a deactivation or a role taken away closes it within this.
+ARMATURE_SOCKET_RECHECK_S = float(env_str("ARMATURE_SOCKET_RECHECK_S", "2"))
+# The longest an API token lives (days from its creation, whatever expiry it was given).
+ARMATURE_TOKEN_MAX_DAYS = env_int("ARMATURE_TOKEN_MAX_DAYS", 365)
 
 # Every run's files (checkpoints, metrics, TensorBoard events) live in its own folder
 # under ARTIFACTS_DIR (a path or a file:// URI). With a Ray cluster of several nodes it
 # must be shared storage (NFS, or an object store mounted as a file system).
 ARTIFACTS_DIR = artifacts_dir(env_str("ARTIFACTS_DIR"), VAR_DIR / "artifacts")
+# The other folders whose files a run's config may name (model folders and success
+# classifiers; demo datasets): with ARTIFACTS_DIR, the only ones (trainer.config.path_roots).
+ARMATURE_MODELS_DIR = Path(env_str("ARMATURE_MODELS_DIR", str(VAR_DIR / "models")))
+ARMATURE_DATASETS_DIR = Path(env_str("ARMATURE_DATASETS_DIR", str(VAR_DIR / "demos")))
 
 # Deadline of every request to Ray's Jobs API.
 RAY_REQUEST_TIMEOUT_S = float(env_str("ARMATURE_RAY_TIMEOUT_S", "10"))
@@ -291,6 +301,12 @@ ARMATURE_PENDING_TIMEOUT_S = float(env_str("ARMATURE_PENDING_TIMEOUT_S", "900"))
 # A cancel that Ray cannot confirm (unreachable) this long marks the run cancelled with
 # that reason; its job is still stopped as soon as Ray answers.
 ARMATURE_CANCEL_CONFIRM_S = float(env_str("ARMATURE_CANCEL_CONFIRM_S", "120"))
+# A run's log panel (controlplane/runs/run_logs.py): how long Ray's answer for a run's
+# last lines is kept for every tab polling it, and how often each user may poll a panel
+# or download a whole log a minute.
+ARMATURE_LOG_TAIL_CACHE_S = float(env_str("ARMATURE_LOG_TAIL_CACHE_S", "3"))
+ARMATURE_LOG_POLLS_PER_MINUTE = env_int("ARMATURE_LOG_POLLS_PER_MINUTE", 120)
+ARMATURE_LOG_DOWNLOADS_PER_MINUTE = env_int("ARMATURE_LOG_DOWNLOADS_PER_MINUTE", 10)
 
 # The Python that runs `python -m trainer` inside Ray jobs; empty: this process's own
 # (right for the local head). Set it for a cluster whose nodes have another layout.

@@ -23,7 +23,9 @@ class Rule(enum.StrEnum):
     ADMIN = "admin"
     RUN_TOKEN = "run token"  # a trainer presenting the signed token of the run in the URL
     SIGNED = "signed"  # the body carries a SECRET_KEY signature, which the view checks
-    STAFF = "staff"  # Django's admin site: `is_staff`, checked by Django itself
+    # Django's admin site: the admin role and, as Django itself asks, `is_staff`; then
+    # Django's model permissions decide what the user may do there.
+    ADMIN_STAFF = "admin + staff"
 
 
 ROLE_RULES = (Rule.VIEWER, Rule.OPERATOR, Rule.ADMIN)
@@ -55,7 +57,7 @@ class Door:
         method = method.upper()
         if method == "HEAD" or (method == "OPTIONS" and self.kind is Kind.API):
             method = "GET"  # HEAD is GET without the body; DRF answers OPTIONS as a read
-        return self.rules.get(method)
+        return self.rules.get(method, self.rules.get("*"))  # "*": every method
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -172,6 +174,11 @@ DOORS: dict[str, Door] = {
     "console-control": part(
         "take over, drive, release, mark, e-stop a robot (on ws-console)", OPERATOR
     ),
+    "console-clear-any-stop": part(
+        "clear an e-stop another operator pressed (on ws-console; who pressed it may "
+        "clear their own)",
+        ADMIN,
+    ),
     "config-process-settings": part(
         "env vars and interpreter in an experiment's own cluster section (saving or "
         "launching one; docs/permissions.md#process-level-settings)",
@@ -179,10 +186,11 @@ DOORS: dict[str, Door] = {
     ),
 }
 
-# Django's admin site keeps its own check (staff only, then model permissions): one rule
-# for every URL in its namespace.
+# Django's admin site: one rule for every URL in its namespace, which its
+# `has_permission` asks (access/admin_site.py). Django's own login page is the exception
+# (public, as the project's is); who is let in then meets Django's model permissions.
 ADMIN_SITE_NAMESPACE = "admin"
-ADMIN_SITE = Door(Kind.PAGE, "Django's admin site (its own check)", {"*": Rule.STAFF})
+ADMIN_SITE = Door(Kind.PAGE, "Django's admin site (but its login page)", {"*": Rule.ADMIN_STAFF})
 
 
 class Answer(enum.Enum):
@@ -206,10 +214,17 @@ class Verdict:
 ALLOW = Verdict(Answer.ALLOW)
 
 
+def row_of(door: str) -> Door | None:
+    """The table's row for a door: its own, or the admin site's for a URL of that site."""
+    if door.partition(":")[0] == ADMIN_SITE_NAMESPACE:
+        return ADMIN_SITE
+    return DOORS.get(door)
+
+
 def verdict(user: AbstractBaseUser | AnonymousUser | None, door: str, method: str) -> Verdict:
-    """May `user` use `method` on `door`? Role rules only: run tokens and the admin
-    site are decided by their own doors (sockets.py, Django's admin)."""
-    row = DOORS.get(door)
+    """May `user` use `method` on `door`? Roles (and for the admin site, Django's staff
+    flag) only: run tokens are decided by their own door (sockets.py)."""
+    row = row_of(door)
     if row is None:
         return Verdict(Answer.FORBIDDEN, f"No access rule covers {door!r} yet.")
     rule = row.rule(method)
@@ -217,13 +232,16 @@ def verdict(user: AbstractBaseUser | AnonymousUser | None, door: str, method: st
         return Verdict(Answer.NO_SUCH_METHOD, f"{door} does not answer {method}.", row.methods)
     if rule in (Rule.PUBLIC, Rule.SIGNED):
         return ALLOW
-    if rule not in ROLE_RULES:
+    if rule not in (*ROLE_RULES, Rule.ADMIN_STAFF):
         return Verdict(Answer.FORBIDDEN, f"{door} is for a {rule}, not a user.")
     role = role_of(user)
     if role is None:
         return Verdict(Answer.LOG_IN, "Log in first.")
-    if not has_role(user, rule.value):
-        return Verdict(Answer.FORBIDDEN, f"This needs the {rule} role; you are {role}.")
+    if rule is Rule.ADMIN_STAFF and not (user.is_active and user.is_staff):
+        return Verdict(Answer.FORBIDDEN, f"{door} is for staff with the admin role.")
+    needed = Rule.ADMIN if rule is Rule.ADMIN_STAFF else rule
+    if not has_role(user, needed.value):
+        return Verdict(Answer.FORBIDDEN, f"This needs the {needed} role; you are {role}.")
     return ALLOW
 
 

@@ -1,6 +1,8 @@
 """Per-user API tokens. Only a SHA-256 hash of each token's secret is stored: the plain
 token is shown once, when it is created, and cannot be recovered afterwards."""
 
+from datetime import datetime, timedelta
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -19,8 +21,14 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(
-        null=True, blank=True, help_text="After this the token stops working; empty: never."
+        null=True,
+        blank=True,
+        help_text="After this the token stops working; empty: at the longest lifetime "
+        "(ARMATURE_TOKEN_MAX_DAYS from its creation).",
     )
+    # Which password the token was made under (api.tokens.password_stamp): a password
+    # change, whoever makes it, ends every token made before it.
+    password_stamp = models.CharField(max_length=64, default="", editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -33,5 +41,11 @@ class ApiToken(models.Model):
         return self.revoked_at is not None
 
     @property
+    def ends_at(self) -> datetime:
+        """When it stops working: its expiry, or at the latest the longest lifetime."""
+        longest = self.created_at + timedelta(days=settings.ARMATURE_TOKEN_MAX_DAYS)
+        return min(self.expires_at, longest) if self.expires_at is not None else longest
+
+    @property
     def is_expired(self) -> bool:
-        return self.expires_at is not None and self.expires_at <= timezone.now()
+        return self.ends_at <= timezone.now()

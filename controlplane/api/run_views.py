@@ -41,7 +41,8 @@ from controlplane.runs.launch import launch_run
 from controlplane.runs.models import Run
 from controlplane.runs.ray_jobs import RayJobsError
 from controlplane.runs.run_filters import RunFilterSet
-from controlplane.runs.selectors import job_logs, listed_runs, with_figures
+from controlplane.runs.run_logs import downloads_refused, log_download
+from controlplane.runs.selectors import listed_runs, with_figures
 from trainer.config.errors import ConfigError
 
 MAX_IDEMPOTENCY_KEY = 200
@@ -170,14 +171,25 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         dispatch.reconcile_later(run.pk)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(responses={200: str, 503: None})
+    @extend_schema(
+        parameters=[OpenApiParameter(
+            "ansi", int, enum=[0, 1], required=False,
+            description="1: keep the terminal escapes (colours) as the job wrote them",
+        )],
+        responses={(200, "text/plain"): str, 429: None, 503: None},
+    )  # fmt: skip
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> HttpResponse:
+        """The run's whole job log (its current attempt), streamed as Ray sends it, as
+        plain text (terminal escapes removed) unless `ansi=1`."""
+        run = self.get_object()
+        refused = downloads_refused(request.user)
+        if refused is not None:
+            return refused
         try:
-            text = job_logs(self.get_object())
+            return log_download(run, escapes=request.query_params.get("ansi") == "1")
         except RayJobsError as error:
             return HttpResponse(f"logs unavailable: {error}", status=503, content_type="text/plain")
-        return HttpResponse(text, content_type="text/plain")
 
     @extend_schema(responses={200: ArtifactSerializer(many=True)})
     @action(detail=True, methods=["get"])

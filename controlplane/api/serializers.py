@@ -130,7 +130,8 @@ class RunSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.StringRelatedField()
     latest_success = serializers.SerializerMethodField(
-        help_text="The last rollout/success_rate point (null before the first)."
+        help_text="The run's success as every page shows it: the last iteration's "
+        "rollout/success_rate (an eval run's suite average); null before the first."
     )
     duration_s = serializers.SerializerMethodField(
         help_text="Seconds from start to finish, or to now while running."
@@ -159,13 +160,10 @@ class RunSerializer(serializers.ModelSerializer):
     # Annotated by runs.selectors.with_figures on lists (one query for the page); a single
     # run read without the annotations is still answered.
     def get_latest_success(self, run: Run) -> float | None:
-        if hasattr(run, "latest_success"):
-            return run.latest_success
-        return (
-            with_figures(Run.objects.filter(pk=run.pk))
-            .values_list("latest_success", flat=True)
-            .first()
-        )
+        """Run.shown_success: what every page shows as the run's success."""
+        if not hasattr(run, "latest_success"):
+            run = with_figures(Run.objects.filter(pk=run.pk)).get()
+        return run.shown_success
 
     def get_duration_s(self, run: Run) -> float | None:
         if hasattr(run, "duration"):

@@ -1,10 +1,13 @@
-"""The Settings page: the user's role and their API tokens (create — shown once, with an
-expiry —, list with last use and expiry, revoke)."""
+"""The Settings page: the user's role and their API tokens (create — with the password
+again, shown once, with an expiry no later than the longest lifetime —, list with last
+use and expiry, revoke)."""
 
 from datetime import datetime, timedelta
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import authenticate
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -15,8 +18,15 @@ from controlplane.access.roles import role_of
 from controlplane.api import tokens
 from controlplane.api.models import ApiToken
 
-EXPIRY_CHOICES = [("7", "in 7 days"), ("30", "in 30 days"), ("90", "in 90 days"),
-                  ("365", "in a year"), ("never", "never")]  # fmt: skip
+EXPIRY_DAYS = {7: "in 7 days", 30: "in 30 days", 90: "in 90 days", 365: "in a year"}
+
+
+def expiry_choices() -> list[tuple[str, str]]:
+    """The expiries offered: those within the longest lifetime, and that one."""
+    longest = settings.ARMATURE_TOKEN_MAX_DAYS
+    days = {d: text for d, text in EXPIRY_DAYS.items() if d < longest}
+    days[longest] = EXPIRY_DAYS.get(longest, f"in {longest} days")
+    return [(str(d), text) for d, text in days.items()]
 
 
 class TokenForm(forms.Form):
@@ -25,11 +35,32 @@ class TokenForm(forms.Form):
         help_text="What it is for, e.g. “GitHub CI”.",
         widget=forms.TextInput(attrs={"placeholder": "GitHub CI", "autocomplete": "off"}),
     )
-    expires = forms.ChoiceField(label="Expires", choices=EXPIRY_CHOICES, initial="90")
+    expires = forms.ChoiceField(label="Expires", choices=expiry_choices)
+    password = forms.CharField(
+        label="Your password",
+        strip=False,
+        help_text="A token acts as you: say who you are again.",
+        widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
+    )
 
-    def expires_at(self) -> datetime | None:
-        days = self.cleaned_data["expires"]
-        return None if days == "never" else timezone.now() + timedelta(days=int(days))
+    def __init__(self, *args, request: HttpRequest, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.request = request
+        offered = [value for value, _ in expiry_choices()]
+        self.fields["expires"].initial = "90" if "90" in offered else offered[-1]
+
+    def clean_password(self) -> str:
+        """The session's user's own password, checked as a login is (failures count
+        towards the login lockout), so a hijacked session cannot mint a token."""
+        user = self.request.user
+        password = self.cleaned_data["password"]
+        proved = authenticate(self.request, username=user.get_username(), password=password)
+        if proved is None or proved.pk != user.pk:
+            raise forms.ValidationError("That is not your password.")
+        return password
+
+    def expires_at(self) -> datetime:
+        return timezone.now() + timedelta(days=int(self.cleaned_data["expires"]))
 
 
 def _page(
@@ -47,14 +78,14 @@ def _page(
 @never_cache
 @guarded
 def settings_page(request: HttpRequest) -> HttpResponse:
-    return _page(request, TokenForm())
+    return _page(request, TokenForm(request=request))
 
 
 # never_cache: the response carries the plain token, which no cache may keep.
 @never_cache
 @guarded
 def create_token(request: HttpRequest) -> HttpResponse:
-    form = TokenForm(request.POST)
+    form = TokenForm(request.POST, request=request)
     if not form.is_valid():
         return _page(request, form, status=400)
     # Rendered straight away rather than redirected to: the plain token must not be
@@ -62,7 +93,7 @@ def create_token(request: HttpRequest) -> HttpResponse:
     _, plain = tokens.create_token(
         request.user, form.cleaned_data["name"], expires_at=form.expires_at()
     )
-    return _page(request, TokenForm(), new_token=plain)
+    return _page(request, TokenForm(request=request), new_token=plain)
 
 
 @guarded

@@ -3,6 +3,11 @@
 A token reads `arm_<prefix>_<secret>`. The prefix finds the row; the secret is checked
 against its stored SHA-256. A plain hash (no salt, no slow KDF) is enough because the
 secret is 40 random characters (~238 bits), never a human-chosen password.
+
+Revoking a login revokes its tokens: each token carries a stamp of the password it was
+made under, so a password change (the user's, an admin's, `reset-admin-password`) ends
+every token made before it, as it ends every session; a deactivated user's tokens are
+refused; and no token outlives `ARMATURE_TOKEN_MAX_DAYS` from its creation.
 """
 
 import hashlib
@@ -41,11 +46,18 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def password_stamp(user: AbstractBaseUser) -> str:
+    """A stamp of the user's current password: its stored hash (salted, so a new
+    password, even the same one set again, gives a new stamp), hashed once more."""
+    return hashlib.sha256(f"api-token:{user.password}".encode()).hexdigest()
+
+
 def create_token(
     user: AbstractBaseUser, name: str, expires_at: datetime | None = None
 ) -> tuple[ApiToken, str]:
-    """A new token for `user`, working until `expires_at` (None: until revoked); returns
-    the row and the plain token, which is not stored."""
+    """A new token for `user`, working until `expires_at` (None, or later than the
+    longest lifetime: until that), its user's password changes, or it is revoked;
+    returns the row and the plain token, which is not stored."""
     prefix = _random(PREFIX_ALPHABET, PREFIX_LENGTH)
     while ApiToken.objects.filter(prefix=prefix).exists():  # 36^8 prefixes: a rare retry
         prefix = _random(PREFIX_ALPHABET, PREFIX_LENGTH)
@@ -56,6 +68,7 @@ def create_token(
         prefix=prefix,
         secret_hash=hash_secret(secret),
         expires_at=expires_at,
+        password_stamp=password_stamp(user),
     )
     return token, f"{TOKEN_PREFIX}_{prefix}_{secret}"
 
@@ -85,11 +98,16 @@ def authenticate_token(raw: str) -> ApiToken:
     if token.revoked_at is not None:
         raise InvalidToken(f"API token '{token.name}' (arm_{prefix}) has been revoked.")
     now = timezone.now()
-    if token.expires_at is not None and token.expires_at <= now:
-        when = token.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+    if token.ends_at <= now:
+        when = token.ends_at.strftime("%Y-%m-%d %H:%M UTC")
         raise InvalidToken(f"API token '{token.name}' (arm_{prefix}) expired on {when}.")
     if not token.user.is_active:
         raise InvalidToken("The user of this API token is inactive.")
+    if not hmac.compare_digest(token.password_stamp, password_stamp(token.user)):
+        raise InvalidToken(
+            f"API token '{token.name}' (arm_{prefix}) was made before its user's password "
+            "changed; create a new one."
+        )
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now

@@ -51,6 +51,9 @@ class Outcome:
             "state": run.get("state"),
             "exit_reason": run.get("exit_reason"),
             "progress": {"step": run.get("progress_step"), "total": run.get("progress_total")},
+            # The run's success as its pages show it (the last iteration's rollout
+            # success; an eval run's suite average).
+            "success": run.get("latest_success"),
             "metrics": run.get("summary") or {},
             "gates": [result.to_dict() for result in self.gates],
             "started_at": self.started_at.isoformat(),

@@ -1,15 +1,17 @@
 """The operator console's socket: one browser watching (and, for operators, driving) the
 robots of one run. Thin: the safety rules live with the robots (trainer.envs.teleop),
-who may drive is the access table's call, and the messages' shape is
-trainer.link.console_messages. Commands go to the run's trainer link through its channel
-group; the trainer's live state comes back through the run's console group.
+who may drive (and who may clear another operator's e-stop) is the access table's call,
+and the messages' shape is trainer.link.console_messages. Commands go to the run's
+trainer link through its channel group; the trainer's live state comes back through the
+run's console group.
 
-The user's role is re-checked on every message (but `ping`): one cache read of their role
-version (controlplane.access.role_versions); only when it changed, the user and the
-session are read from the database again. A user who may no longer do what the socket
-was doing has what they hold let go (`link_lost`) and the socket closed: 4403 when they
-are logged in but may no longer drive (the page reconnects as a viewer), 4401 when the
-session no longer logs them in (logged out, deactivated, deleted).
+The user's role is re-checked on every message (`ping` included) and on the shared
+layer's timer (controlplane.access.sockets): one cache read of their role version; only
+when it changed, the user and the session are read from the database again. A user who
+may no longer do what the socket was doing has what they hold let go (`link_lost`) and
+the socket closed: 4403 when they are logged in but may no longer drive (the page
+reconnects as a viewer), 4401 when the session no longer logs them in (logged out,
+password changed, deactivated, deleted).
 """
 
 from __future__ import annotations
@@ -18,15 +20,13 @@ import json
 import time
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django.contrib.auth.base_user import AbstractBaseUser
 
-from controlplane.access import role_versions
 from controlplane.access.doors import SEE, verdict
 from controlplane.access.sockets import (
     CLOSE_FORBIDDEN,
     CLOSE_NOT_FOUND,
+    CLOSE_SERVER_ERROR,
     CLOSE_UNAUTHENTICATED,
     GuardedConsumer,
 )
@@ -38,41 +38,26 @@ from controlplane.runs.models import Run
 from trainer.link.console_messages import InvalidConsoleMessage, parse_teleop
 
 CONTROL = "console-control"  # the part of this door that drives robots
+CLEAR_ANY_STOP = "console-clear-any-stop"  # the part that clears others' e-stops
 VIEW_OPS = {"watch"}
 # A viewer's ops go down the run's link ahead of the operators' commands, which must
 # reach the robots within a deadman's time: per socket, a burst of this many, then this
 # many a second (a person picks a robot to watch a few times a minute).
 VIEW_OPS_BURST, VIEW_OPS_PER_S = 10, 5.0
 # Close reasons (docs/console.md, "Who may drive").
-NO_LONGER_LOGGED_IN = "your session no longer logs you in: log in again"
 NO_LONGER_OPERATOR = "your role changed: driving needs the operator role"
-REFUSAL_STATUS = {CLOSE_UNAUTHENTICATED: 401, CLOSE_FORBIDDEN: 403}
-
-# Role versions are read off the one thread Django's sync code shares with every consumer
-# (database_sync_to_async): a cache read must not queue behind database work.
-current_role_version = sync_to_async(role_versions.current, thread_sensitive=False)
-role_version_to_start_from = sync_to_async(role_versions.seen_at_connect,
-                                           thread_sensitive=False)  # fmt: skip
+REFUSAL_STATUS = {CLOSE_UNAUTHENTICATED: 401, CLOSE_FORBIDDEN: 403, CLOSE_SERVER_ERROR: 500}
 
 
 class ConsoleConsumer(GuardedConsumer):
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        self.user_id = self.scope["user"].pk
         self.operator = self.scope["user"].get_username()
         self.took_over = False
-        self.closed_for: str | None = None  # why a re-check closed this socket
         # The links the run's robots were last heard by (source → time.monotonic): where
         # commands must reach.
         self.sources: dict[str | None, float] = {}
         self.view_ops = TokenBucket(VIEW_OPS_BURST, VIEW_OPS_PER_S)
-        session = self.scope.get("session")
-        self.session_key = session.session_key if session is not None else None
-        # The user as of now, read after the version this socket starts from: any change
-        # made since the request's middleware loaded them shows.
-        if await self._reload() is None:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
         if not await database_sync_to_async(Run.objects.filter(pk=self.run_id).exists)():
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -101,11 +86,11 @@ class ConsoleConsumer(GuardedConsumer):
             await self._send({"type": "error", "error": 'send JSON objects with an "op"'})
             return
         op = message["op"]
-        if op == "ping":  # the page's round-trip figure: an echo, no role involved
+        if not await self.still_allowed(op):
+            return  # closed: nothing of it reaches the trainer
+        if op == "ping":  # the page's round-trip figure: an echo
             await self._send({"type": "pong", "t": message.get("t")})
             return
-        if self.closed_for is not None or not await self._still_allowed(op):
-            return  # closed: nothing of it reaches the trainer
         if op in VIEW_OPS and not self.view_ops.take():
             await self._send({"type": "error", "op": op[:20], "error": (
                 f"too many {op} messages: at most {VIEW_OPS_PER_S:g} a second"
@@ -131,49 +116,39 @@ class ConsoleConsumer(GuardedConsumer):
         if op == "take_over":
             self.took_over = True
 
-    async def _still_allowed(self, op: str) -> bool:
-        """Whether the user may still use this socket as before; if not, what they hold
-        is let go and the socket closed. One cache read while nothing changed."""
-        version = await current_role_version(self.user_id)
-        if version is not None and version == self.role_version:
-            return True
-        could_drive = verdict(self.scope["user"], CONTROL, SEE).allowed
-        user = await self._reload()
-        if user is None:
-            await self._close_for(op, CLOSE_UNAUTHENTICATED, NO_LONGER_LOGGED_IN, could_drive)
+    async def still_allowed(self, op: str) -> bool:
+        """The shared check, and an operator who may no longer drive is closed too (the
+        page reconnects as a viewer). One cache read while nothing changed."""
+        if getattr(self, "closed_for", None) is not None:
             return False
-        if could_drive and not verdict(user, CONTROL, SEE).allowed:
-            await self._close_for(op, CLOSE_FORBIDDEN, NO_LONGER_OPERATOR, could_drive)
+        could_drive = self._could_drive = verdict(self.scope["user"], CONTROL, SEE).allowed
+        if not await super().still_allowed(op):
+            return False
+        if could_drive and not verdict(self.scope["user"], CONTROL, SEE).allowed:
+            await self.close_for(op, CLOSE_FORBIDDEN, NO_LONGER_OPERATOR)
             return False
         return True
 
-    async def _reload(self) -> AbstractBaseUser | None:
-        """Read the socket's user (and role) afresh, after the role version it now goes
-        by, so that any later change shows as a new version. None when the session no
-        longer logs that user in."""
-        self.role_version = await role_version_to_start_from(self.user_id)
-        user = await database_sync_to_async(role_versions.logged_in_user)(self.session_key)
-        if user is None or user.pk != self.user_id:
-            return None
-        self.scope["user"] = user
-        return user
-
-    async def _close_for(self, op: str, code: int, reason: str, could_drive: bool) -> None:
-        """Let go, say why (a last `refused` frame: not every server passes a close
-        reason on), and close with `code`."""
+    async def close_for(self, op: str, code: int, reason: str) -> None:
+        """Let go of what the user holds, say why (a last `refused` frame: not every
+        server passes a close reason on), and close with `code`."""
         self.closed_for = reason
-        await self._let_go(held_or_not=could_drive)
+        await self._let_go(held_or_not=getattr(self, "_could_drive", True))
         await self._send({"type": "refused", "status": REFUSAL_STATUS[code], "op": op[:20],
                           "error": reason, "close": code})  # fmt: skip
-        await self.close(code=code, reason=reason)
+        await super().close_for(op, code, reason)
 
     async def _to_trainer(self, message: dict[str, Any]) -> None:
         """Name the operator from the session, then validate. The command is stamped
         when it is written to the run's link (controlplane.console.stamps), not here:
         this process's clock may not be that one's."""
+        override = (
+            message.get("op") == "clear_stop"
+            and verdict(self.scope["user"], CLEAR_ANY_STOP, SEE).allowed
+        )
         teleop = parse_teleop(
             {**message, "type": "teleop", "operator": self.operator, "sent_at": None,
-             "clock": None}
+             "clock": None, "override": override}
         )  # fmt: skip
         event = {"type": "teleop.command", "message": teleop.model_dump(mode="json")}
         now = time.monotonic()

@@ -1,4 +1,5 @@
-"""What the console pages show: the robots online, and the audit of takeovers."""
+"""What the console pages show: the robots online, and the audit of takeovers and
+e-stops."""
 
 from __future__ import annotations
 
@@ -83,6 +84,37 @@ def _takeover_row(event: RunEvent) -> TakeoverRow:
         steps=steps if type(steps) is int else None,
         reason=_text(data.get("reason")),
     )
+
+
+@dataclass
+class StopRow:
+    """An e-stop pressed or cleared, as the audit shows it (None: not readable)."""
+
+    run: Run
+    action: str | None
+    operator: str | None
+    robot: str | None
+    at: datetime | None
+    stopped_by: str | None
+    override: bool
+
+
+def estops(limit: int = 500) -> list[StopRow]:
+    """The latest e-stops pressed and cleared, newest first (each a run's stored
+    `estop` event)."""
+    events: QuerySet[RunEvent] = (
+        RunEvent.objects.filter(kind="estop").select_related("run__experiment")
+        .order_by("-created_at", "-pk")[:limit]
+    )  # fmt: skip
+    rows = []
+    for event in events:
+        data = event.data if isinstance(event.data, dict) else {}
+        rows.append(StopRow(
+            run=event.run, action=_text(data.get("action")), operator=_text(data.get("operator")),
+            robot=_text(data.get("robot_name")), at=_when(data.get("at")),
+            stopped_by=_text(data.get("stopped_by")), override=data.get("override") is True,
+        ))  # fmt: skip
+    return rows
 
 
 def _text(value: Any) -> str | None:

@@ -4,7 +4,7 @@ from django.shortcuts import get_object_or_404, render
 from controlplane.access.doors import may
 from controlplane.access.pages import guarded
 from controlplane.console.consumers import CONTROL
-from controlplane.console.selectors import robots_online, takeovers
+from controlplane.console.selectors import estops, robots_online, takeovers
 from controlplane.runs.models import Run
 
 
@@ -22,4 +22,4 @@ def console_robots(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @guarded
 def console_audit(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/audit.html", {"takeovers": takeovers()})
+    return render(request, "console/audit.html", {"takeovers": takeovers(), "estops": estops()})

@@ -127,7 +127,7 @@ def documented_answer(kind: Kind, rule: Rule, caller: Caller) -> Outcome:
         return Outcome.ALLOWED
     if rule is Rule.SIGNED:
         return Outcome.BAD_SIGNATURE
-    if rule is Rule.STAFF:
+    if rule is Rule.ADMIN_STAFF:
         return Outcome.ALLOWED if caller is Caller.ADMIN else Outcome.ADMIN_LOGIN
     if rule is Rule.RUN_TOKEN:
         return {

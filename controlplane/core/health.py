@@ -82,7 +82,14 @@ def _probe_ray() -> tuple[str, dict]:
     cpus = sum(n.get("resources_total", {}).get("CPU", 0) for n in nodes)
     gpus = sum(n.get("resources_total", {}).get("GPU", 0) for n in nodes)
     info = {"nodes": len(nodes), "cpus": int(cpus), "gpus": int(gpus)}
-    return f"{info['nodes']} nodes, {info['cpus']} CPUs, {info['gpus']} GPUs", info
+    shown = ", ".join(counted(info[key], word) for key, word in
+                      (("nodes", "node"), ("cpus", "CPU"), ("gpus", "GPU")))  # fmt: skip
+    return shown, info
+
+
+def counted(number: int, word: str) -> str:
+    """ "1 node", "2 nodes", "0 GPUs"."""
+    return f"{number} {word}" if number == 1 else f"{number} {word}s"
 
 
 async def _check_channel_layer() -> Check:

@@ -28,11 +28,13 @@ from typing import TextIO
 from controlplane.core.stack import (
     PREFERRED_RAY_PORTS,
     AddressError,
+    UnsafeFolderError,
+    discard_output,
     ipv4,
+    private_ray_temp_dir,
     ray_node_command,
     ray_node_port_flags,
     require_local,
-    short_temp_dir,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,11 +70,17 @@ def var_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("ARMATURE_VAR_DIR") or ROOT / "var")
 
 
-def node_temp_dir(environ: Mapping[str, str], rank: int) -> Path:
-    """The node's own Ray temp folder by default: var/ray-node-N (short enough for Ray's
-    socket paths), apart from the head's var/ray even where both share a disk."""
-    preferred = var_dir(environ) / f"ray-node-{rank}"
-    return short_temp_dir(preferred, f"armature-ray-node-{rank}").resolve()
+def node_temp_dir(environ: Mapping[str, str], rank: int, chosen: Path | None = None) -> Path:
+    """The node's own Ray temp folder, made or checked (stack.private_ray_temp_dir):
+    `chosen` (--temp-dir), else var/ray-node-N, apart from the head's var/ray even where
+    both share a disk. var/ is made its user's alone first, as `up` does: Ray makes its
+    folder writable by all."""
+    if chosen is None:
+        var = var_dir(environ)
+        var.mkdir(parents=True, exist_ok=True, mode=0o700)
+        var.chmod(0o700)
+        chosen = var / f"ray-node-{rank}"
+    return private_ray_temp_dir(chosen.absolute(), f"armature-ray-node-{rank}").resolve()
 
 
 def head_address(text: str) -> tuple[str, int]:
@@ -228,6 +236,15 @@ def kill_leftovers(marker: str) -> None:
             time.sleep(0.2)
 
 
+def say(text: str, stream: TextIO | None = None, end: str = "\n") -> None:
+    """Print, and when the reader is gone (`join | tee`, tee stopped by the same Ctrl-C)
+    drop the output from then on: a closed pipe never stops join from stopping its node."""
+    try:
+        print(text, file=stream or sys.stdout, end=end, flush=True)
+    except OSError:
+        discard_output()
+
+
 class NodeKeeper:
     """Keeps this machine's Ray node in the cluster until Ctrl-C or SIGTERM: a node that
     stops by itself (its head was restarted or went away, or Ray gave up starting it on
@@ -247,13 +264,14 @@ class NodeKeeper:
 
     def stop(self, signum: int, frame: FrameType | None) -> None:
         # The node has a session of its own: the terminal's Ctrl-C reaches join only,
-        # which stops the node; a second one kills it at once.
+        # which stops the node; a second one kills it at once. The node is told before
+        # anything is printed: with `join | tee`, tee exits on the same Ctrl-C.
         sig = signal.SIGKILL if self.stop_asked else signal.SIGTERM
         self.stop_asked.append(time.monotonic())
-        print(f"\njoin: stopping this Ray node ({'now' if self.stop_asked[1:] else 'cleanly'})")
         if self.node is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.node.pid, sig)
+        say(f"\njoin: stopping this Ray node ({'now' if self.stop_asked[1:] else 'cleanly'})")
 
     def run(self) -> int:
         previous = {sig: signal.signal(sig, self.stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -265,17 +283,16 @@ class NodeKeeper:
                 if self.stop_asked:
                     break
                 if self.fatal:
-                    print(f"join: {self.fatal}", file=sys.stderr)
+                    say(f"join: {self.fatal}", sys.stderr)
                     return 2
                 # A node that ran a while had joined: its next failure starts a new count.
                 failures = 1 if time.monotonic() - began > RESTART_AFTER_S else failures + 1
                 pause = min(RESTART_PAUSE_S * 2 ** (failures - 1), MAX_RESTART_PAUSE_S)
-                print(
+                say(
                     f"join: the Ray node stopped by itself (exit status {status}; its logs are "
                     f"in {self.marker}/session_latest/logs); starting it again in {pause:.0f} s "
                     "once the head answers (Ctrl-C gives up)",
-                    file=sys.stderr,
-                    flush=True,
+                    sys.stderr,
                 )
                 self._pause(pause)
                 while not self.stop_asked:
@@ -287,7 +304,7 @@ class NodeKeeper:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        print("join: this Ray node has left the cluster")
+        say("join: this Ray node has left the cluster")
         return 0
 
     def _run_once(self) -> int:
@@ -314,8 +331,7 @@ class NodeKeeper:
     def _echo(self, output: TextIO) -> None:
         """The node's output, passed on, watched for what no restart can fix."""
         for line in output:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            say(line, end="")
             for sign, reason in FATAL.items():
                 if sign in line:
                     self.fatal = reason
@@ -339,12 +355,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         auth = auth_env(args, environ)
         ray_node_port_flags(environ)  # a wrong ARMATURE_RAY_*_PORT is named now
         wait_for_head(host, port)
-        temp_dir = (args.temp_dir or node_temp_dir(environ, args.node_rank)).resolve()
         try:
-            temp_dir.mkdir(parents=True, exist_ok=True)
+            temp_dir = node_temp_dir(environ, args.node_rank, args.temp_dir)
         except OSError as error:
-            raise JoinError(f"cannot make the temp folder {temp_dir}: {error.strerror}") from None
-    except (JoinError, AddressError, ValueError) as error:
+            raise JoinError(
+                f"cannot make Ray's folder for this node ({error.filename}: {error.strerror})"
+            ) from None
+    except (JoinError, AddressError, UnsafeFolderError, ValueError) as error:
         print(f"join: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C while waiting for the head: nothing started

@@ -5,9 +5,11 @@
 imports Django: `join` runs on machines that have no control plane settings.
 """
 
-import hashlib
 import ipaddress
+import os
+import shutil
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -329,15 +331,94 @@ def ray_node_command(
 # "/session_2026-11-26_14-30-50_324275_4194304/sockets/plasma_store" (65 bytes).
 RAY_SOCKET_SUFFIX_LEN = 65
 MAX_RAY_TEMP_DIR_LEN = 107 - RAY_SOCKET_SUFFIX_LEN
+# Ray's own folder inside a private one made under /tmp: Ray makes its temp dir
+# world-writable, so the folder above it is what keeps other users out.
+RAY_FOLDER_NAME = "ray"
 
 
-def short_temp_dir(preferred: Path, name: str) -> Path:
-    """`preferred` when short enough for Ray's socket paths, else a folder under the
-    system's temp dir named after it (`name` and a digest: the same every start)."""
-    if len(str(preferred)) <= MAX_RAY_TEMP_DIR_LEN:
+class UnsafeFolderError(ValueError):
+    """A folder for Ray's files that other local users could enter or swap; the message
+    says what is wrong and what to do."""
+
+
+def require_private(folder: Path, record: Path) -> None:
+    """`folder`, reused, must be a real folder of this user's with mode 0700: one made
+    by tempfile.mkdtemp. Else another user made it, or can enter it."""
+    status = os.lstat(folder)
+    mode = stat.S_IMODE(status.st_mode)
+    if stat.S_ISLNK(status.st_mode):
+        why = "is a symbolic link"
+    elif not stat.S_ISDIR(status.st_mode):
+        why = "is not a folder"
+    elif status.st_uid != os.getuid():
+        why = f"belongs to uid {status.st_uid}, not to you (uid {os.getuid()})"
+    elif mode != 0o700:
+        why = f"has mode {mode:04o}, not 0700"
+    else:
+        return
+    raise UnsafeFolderError(
+        f"Ray's files would go to {folder}, which {why}: another user could read its "
+        f"logs or replace what Ray runs. Remove the link {record} and start again: a new "
+        "private folder is made"
+    )
+
+
+def require_closed_to_others(folder: Path, temp_dir: Path) -> None:
+    """Ray makes `temp_dir` world-writable: the folder holding it must be this user's,
+    with no access for others (var/ is, `up` and `join` make it so)."""
+    status = folder.stat()
+    if status.st_uid != os.getuid() or status.st_mode & 0o077:
+        raise UnsafeFolderError(
+            f"Ray's folder {temp_dir} would be inside {folder} (mode "
+            f"{stat.S_IMODE(status.st_mode):04o}, uid {status.st_uid}), which other users "
+            "can enter, and Ray makes its folder writable by all: give one inside a folder "
+            "of yours with mode 0700"
+        )
+
+
+def private_ray_temp_dir(preferred: Path, name: str) -> Path:
+    """Ray's temp folder for `preferred` (var/ray, var/ray-node-N), made or checked.
+
+    Ray makes its temp folder, and the session, sockets/, logs/ and runtime_resources/
+    in it, writable by all: what keeps other local users from its logs (which hold
+    secrets) and its cached packages is the folder above it. So it is `preferred` when
+    that is short enough for Ray's socket paths (its parent, var/, is its user's only);
+    else `ray` in a folder that tempfile.mkdtemp makes under /tmp (mode 0700, a name
+    nobody can guess or take first), recorded as the link `preferred` so the next
+    start reuses it, after checking that folder again."""
+    if preferred.is_symlink():  # a folder made by an earlier start (or the user's link)
+        target = Path(os.readlink(preferred))
+        target = target if target.is_absolute() else preferred.parent / target
+        if os.path.lexists(target.parent):
+            require_private(target.parent, preferred)
+            target.mkdir(exist_ok=True)
+            return target
+        # Its folder is gone (/tmp is emptied at boot): a new one, under a new name.
+    elif len(str(preferred)) <= MAX_RAY_TEMP_DIR_LEN:
+        if not preferred.parent.exists():
+            preferred.parent.mkdir(parents=True, mode=0o700)
+        require_closed_to_others(preferred.parent, preferred)
+        preferred.mkdir(mode=0o700, exist_ok=True)
         return preferred
-    digest = hashlib.sha1(str(preferred).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"{name}-{digest}"
+    base = tempfile.gettempdir()
+    if len(base) + len(name) + len(RAY_FOLDER_NAME) + 11 > MAX_RAY_TEMP_DIR_LEN:
+        base = "/tmp"  # TMPDIR too long for Ray's socket paths
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base)) / RAY_FOLDER_NAME
+    folder.mkdir(mode=0o700)
+    link = preferred.with_name(f".{preferred.name}.{os.getpid()}")
+    try:  # a link put in place at once: a start never sees half of one
+        preferred.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(folder)
+        link.replace(preferred)
+    except OSError as error:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(folder.parent)
+        raise UnsafeFolderError(
+            f"cannot record Ray's folder {folder} as the link {preferred} "
+            f"({error.strerror}); move {preferred} away"
+        ) from None
+    return folder
 
 
 def ray_head_env(token: str = "") -> dict[str, str]:
@@ -372,3 +453,18 @@ def web_port(environ: Mapping[str, str]) -> int:
 
 def dashboard_url(ports: RayHeadPorts, addresses: HeadAddresses = LOCAL) -> str:
     return f"http://{addresses.ray_local}:{ports.dashboard}"
+
+
+def discard_output() -> None:
+    """From now on this process's output (and its errors, when they went to the same
+    pipe) goes to /dev/null: its reader is gone."""
+    try:
+        output = os.fstat(sys.stdout.fileno())
+        errors = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    if (errors.st_dev, errors.st_ino) == (output.st_dev, output.st_ino):  # `up 2>&1 | tee`
+        os.dup2(devnull, sys.stderr.fileno())
+    os.close(devnull)

@@ -8,12 +8,13 @@ from controlplane.access.pages import guarded
 from controlplane.core.health import collect_status, status_as_json
 from controlplane.experiments.forms import LaunchForm
 from controlplane.experiments.models import Experiment
-from controlplane.runs.models import ACTIVE_STATES, Run
+from controlplane.runs.models import ACTIVE_STATES
+from controlplane.runs.selectors import listed_runs
 
 
 @guarded
 def home(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("experiment", "revision", "created_by")
+    runs = listed_runs()  # with the figures the runs list shows (success, duration)
     return render(
         request,
         "core/home.html",

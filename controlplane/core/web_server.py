@@ -76,9 +76,17 @@ def _limit() -> int:
     return settings.MAX_REQUEST_BYTES
 
 
+# daphne refuses (403) a socket its application has not accepted within 5 s. Ours first
+# read the login from the database (access/sockets.py): on a busy server, a refusal then
+# only sends the browser back to try again, more load, so a handshake may take longer.
+WEBSOCKET_CONNECT_TIMEOUT_S = 30
+
+
 def main(argv: list[str]) -> None:
     # daphne's server builds its HTTP factory from this name: the one place to put ours.
     server.HTTPFactory = BoundedHTTPFactory
+    if not any(arg.startswith("--websocket_connect_timeout") for arg in argv):
+        argv = ["--websocket_connect_timeout", str(WEBSOCKET_CONNECT_TIMEOUT_S), *argv]
     CommandLineInterface().run(argv)
 
 

@@ -24,8 +24,10 @@ class CloneForm(forms.Form):
 
 class LaunchForm(forms.Form):
     cluster = forms.ModelChoiceField(
-        Cluster.objects.all(), required=False, to_field_name="name", empty_label="(none)"
-    )
+        Cluster.objects.all(), required=False, to_field_name="name",
+        # No cluster: the whole run is one trainer process on the control plane's Ray.
+        empty_label="this process, no placement",
+    )  # fmt: skip
     overrides = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "runner.iterations=20"}),

@@ -8,6 +8,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from controlplane.inventory.models import Cluster, Robot
+from controlplane.inventory.services import to_trainer_cluster
+from trainer.cluster import ClusterConfigError
+from trainer.config.inventory_arms import DeclaredArm, declared_arms
 
 
 def get_cluster(name: str) -> Cluster:
@@ -18,6 +21,21 @@ def robots() -> QuerySet[Robot]:
     return Robot.objects.select_related("node_group__cluster").order_by(
         "node_group__cluster__name", "node_group__position", "hardware_rank"
     )
+
+
+def inventory_arms(cluster: Cluster | None = None) -> list[DeclaredArm]:
+    """The arms `cluster` declares, or with none, every cluster of the inventory. A
+    cluster whose rows no longer form a valid cluster declares nothing: it cannot be
+    launched with, and its arms are not vouched for until an admin mends it."""
+    arms = []
+    for row in [cluster] if cluster is not None else Cluster.objects.all():
+        try:
+            spec = to_trainer_cluster(row)
+        except ClusterConfigError:
+            continue
+        declared, _ = declared_arms(spec, name=f"cluster {row.name}")
+        arms += declared
+    return arms
 
 
 def placement_yaml(placement: dict | None) -> str:

@@ -34,6 +34,8 @@ from typing import BinaryIO
 from django.conf import settings
 from django.http import FileResponse
 
+from controlplane.core.async_streams import async_chunks
+
 MAX_LISTED_FILES = 2000
 # How the trainer names a checkpoint in a run's folder (trainer.runner.checkpoints).
 CHECKPOINT_NAME = re.compile(r"^iter_(\d+)\.pt$")
@@ -46,6 +48,7 @@ _UNLISTED = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 # A served file is an attachment of no known type; its own policy forbids everything,
 # should a browser render it anyway (the pages' policy, core/csp.py, keeps it).
 DOWNLOAD_POLICY = "sandbox; default-src 'none'"
+DOWNLOAD_CHUNK = 1 << 20
 
 
 class ArtifactNotFound(Exception):
@@ -62,6 +65,33 @@ class ArtifactFile:
 def run_artifact_dir(run_id: int) -> Path:
     """Where the run's folder is meant to be (for the trainer to write to)."""
     return Path(settings.ARTIFACTS_DIR) / f"run-{run_id}"
+
+
+class RunFolderTaken(Exception):
+    """A new run's folder was already there: someone else made it."""
+
+
+def make_run_folder(run_id: int) -> Path:
+    """Make the new run's folder, its user's alone (0700), failing if it exists: a
+    folder made ahead of the run (run ids are sequential) with a checkpoint in it would
+    otherwise be taken for the run's own by a resume or by a run started from it."""
+    folder = run_artifact_dir(run_id)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        raise RunFolderTaken(
+            f"{folder} was already there before run {run_id} began: the control plane "
+            "makes each run's folder itself, so something else put it there. Remove it "
+            "(after a look at what it holds) and launch again."
+        ) from None
+    return folder
+
+
+def allowed_roots() -> list[Path]:
+    """The folders a run's config may name files in (trainer.config.path_roots)."""
+    return [Path(settings.ARTIFACTS_DIR), Path(settings.ARMATURE_MODELS_DIR),
+            Path(settings.ARMATURE_DATASETS_DIR)]  # fmt: skip
 
 
 def artifacts_root() -> Path:
@@ -140,6 +170,9 @@ def download_response(found: BinaryIO, relative: str) -> FileResponse:
         content_type="application/octet-stream",
     )  # fmt: skip
     response.headers["Content-Security-Policy"] = DOWNLOAD_POLICY
+    # Sent a chunk at a time (its headers, length included, are the file's): a
+    # checkpoint of gigabytes costs the web server one chunk (core/async_streams.py).
+    response.streaming_content = async_chunks(iter(lambda: found.read(DOWNLOAD_CHUNK), b""))
     return response
 
 

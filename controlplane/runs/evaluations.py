@@ -133,10 +133,13 @@ def request_evaluation(
 
 def eval_arguments(run: Run) -> list[str]:
     """`python -m trainer` arguments of an eval run's job: the source run's checkpoint,
-    written by the trainer into the eval run's own folder."""
+    evaluated with the source run's frozen config (the job folder's `config.yaml`, the
+    eval run's own copy of it) and written by the trainer into the eval run's own
+    folder."""
     checkpoint = artifacts.checkpoint_path(run.source_run_id, run.source_iteration)
     output = artifacts.run_artifact_dir(run.pk)
-    arguments = ["eval", str(checkpoint.resolve()), "--output", str(output.resolve())]
+    arguments = ["eval", str(checkpoint.resolve()), "--config", "config.yaml",
+                 "--output", str(output.resolve())]  # fmt: skip
     options = run.eval_options or {}
     if options.get("suite"):
         arguments += ["--suite", options["suite"]]

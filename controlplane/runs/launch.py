@@ -5,22 +5,28 @@ from django.db import IntegrityError, transaction
 from controlplane.access.process_settings import refuse_process_settings
 from controlplane.experiments.models import Experiment, Revision
 from controlplane.inventory.models import Cluster
+from controlplane.inventory.selectors import inventory_arms
 from controlplane.inventory.services import to_trainer_cluster
-from controlplane.runs import dispatch
+from controlplane.runs import artifacts, dispatch
 from controlplane.runs.models import Run, RunEvent
 from trainer.cluster import ClusterConfigError, cluster_to_dict
 from trainer.config.errors import ConfigError
+from trainer.config.inventory_arms import bind_to_inventory
 from trainer.config.loading import apply_override, dump_config, parse_yaml, validate_config
+from trainer.config.path_roots import paths_outside
 
 
 def freeze_config(
     revision: Revision, overrides: list[str], cluster: Cluster | None, user=None
 ) -> str:
     """The config the trainer will run: the revision, the overrides, the cluster section;
-    validated and written out with every default. Raises ConfigError, also when the
-    experiment's own cluster section (a launch without a stored cluster) has
-    process-level settings that `user` may not launch, and when the stored cluster's
-    rows no longer form a valid cluster."""
+    validated, its real arms bound to the limits the inventory declares for them (of
+    `cluster`, or of every cluster when none is picked), and written out with every
+    default. Raises ConfigError, also when the experiment's own cluster section (a launch
+    without a stored cluster) has process-level settings that `user` may not launch, when
+    the stored cluster's rows no longer form a valid cluster, when an arm's address is
+    not one the inventory declares, and when a file it names lies outside the folders a
+    run may use (`artifacts.allowed_roots`)."""
     data = parse_yaml(revision.config_yaml) or {}
     for override in overrides:
         apply_override(data, override)
@@ -31,7 +37,11 @@ def freeze_config(
             data["cluster"] = cluster_to_dict(to_trainer_cluster(cluster))
         except ClusterConfigError as error:  # rows edited into an invalid cluster
             raise ConfigError(error.issues) from None
-    return dump_config(validate_config(data))
+    config = validate_config(data)
+    outside = paths_outside(config, artifacts.allowed_roots())
+    if outside:
+        raise ConfigError(outside)
+    return dump_config(bind_to_inventory(config, inventory_arms(cluster), refuse_undeclared=True))
 
 
 def launch_run(

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class RunState(models.TextChoices):
@@ -118,11 +119,28 @@ class Run(models.Model):
 
     @property
     def shown_success(self) -> float | None:
-        """The latest success point where the query annotated it (runs.selectors
-        .with_figures), else the final summary's; an eval run's suite average."""
-        if "latest_success" in self.__dict__ and not self.is_eval:
-            return self.__dict__["latest_success"]
+        """A run's one success figure, on every page, in the API (`latest_success`) and
+        in the CI client's summary: the last iteration's rollout success rate (its
+        newest `rollout/success_rate` point, annotated by runs.selectors.with_figures),
+        whether the run is going, finished or stopped; the final summary's where no
+        point is stored; an eval run's suite average."""
+        annotated = self.__dict__.get("latest_success")
+        if annotated is not None and not self.is_eval:
+            return annotated
         return self.success_rate
+
+    @property
+    def duration_text(self) -> str:
+        """How long it ran (so far, while it runs), as the lists show it: "26 s",
+        "4 min 5 s", "2 h 3 min"; "—" before it started."""
+        if self.started_at is None:
+            return "—"
+        seconds = int(((self.finished_at or timezone.now()) - self.started_at).total_seconds())
+        hours, rest = divmod(max(seconds, 0), 3600)
+        minutes, seconds = divmod(rest, 60)
+        if hours:
+            return f"{hours} h {minutes} min"
+        return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
 
     @property
     def submission_id(self) -> str:

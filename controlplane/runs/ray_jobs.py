@@ -7,9 +7,11 @@ trying again will not help). The Ray SDK raises `requests`' exceptions, which ar
 the builtin `ConnectionError`; they are translated here, in one place.
 """
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 import requests
 from django.conf import settings
@@ -19,6 +21,14 @@ from ray.job_submission import JobSubmissionClient
 from controlplane.core.ray_auth import ray_auth_headers
 
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+# A job log is read in chunks of this size, never whole.
+LOG_CHUNK_BYTES = 256 * 1024
+# Ray's own deadline for sending a whole log (its default, 30 s, would cut a large one
+# short); between two chunks the usual RAY_REQUEST_TIMEOUT_S applies.
+LOG_STREAM_DEADLINE_S = 3600
+# How Ray's state API says that the log file is not there (yet): its driver has just
+# been placed, or never wrote.
+NO_LOG_FILE = "Could not find a log file"
 
 
 class RayJobsError(Exception):
@@ -95,15 +105,19 @@ def client() -> JobSubmissionClient:
         return _BoundedClient(settings.RAY_ADDRESS, headers=ray_auth_headers())
 
 
-def _request(method: str, endpoint: str, timeout_s: float | None = None) -> requests.Response:
+def _request(
+    method: str, endpoint: str, timeout_s: float | None = None, stream: bool = False
+) -> requests.Response:
     """One call of the dashboard's documented REST API, with the deadline; a 404 is
-    returned (the callers say what it means), any other failure raised typed."""
+    returned (the callers say what it means), any other failure raised typed. With
+    `stream`, the body is left to be read (and the response closed) by the caller."""
     with _translated():
         response = requests.request(
             method,
             settings.RAY_ADDRESS.rstrip("/") + endpoint,
             headers=ray_auth_headers(),
             timeout=timeout_s or settings.RAY_REQUEST_TIMEOUT_S,
+            stream=stream,
         )
     if response.status_code >= 400 and response.status_code != 404:
         raise _http_error(response)
@@ -144,11 +158,56 @@ def stop(submission_id: str) -> bool:
     return response.status_code != 404
 
 
-def logs(submission_id: str) -> str:
-    response = _request("GET", f"/api/jobs/{submission_id}/logs")
-    if response.status_code == 404:
+def log_tail(submission_id: str, lines: int, max_bytes: int) -> str:
+    """The last `lines` lines of the job's log, and of them at most the last `max_bytes`
+    (a line cut there is left out): Ray reads them from the end of the file, so this
+    costs what it returns whatever the log's size. "" while the job has no log."""
+    response = _job_log(submission_id, lines, math.ceil(settings.RAY_REQUEST_TIMEOUT_S))
+    if response is None:
         return ""
-    return response.json().get("logs", "")
+    kept, cut = bytearray(), False
+    with response, _translated():
+        for chunk in response.iter_content(LOG_CHUNK_BYTES):
+            kept += chunk
+            if len(kept) > max_bytes:
+                del kept[:-max_bytes]
+                cut = True
+    if cut:
+        del kept[: kept.find(b"\n") + 1]
+    return kept.decode(errors="replace")
+
+
+def log_stream(submission_id: str) -> Iterator[bytes]:
+    """The job's whole log, chunk by chunk as Ray sends it (bytes as the job wrote
+    them). Ray is asked here, so its refusal is raised here; failures while the chunks
+    come are raised from the iteration."""
+    response = _job_log(submission_id, -1, LOG_STREAM_DEADLINE_S)
+    return _chunks(response)
+
+
+def _chunks(response: requests.Response | None) -> Iterator[bytes]:
+    if response is None:
+        return
+    with response, _translated():
+        yield from response.iter_content(LOG_CHUNK_BYTES)
+
+
+def _job_log(submission_id: str, lines: int, deadline_s: int) -> requests.Response | None:
+    """Ray's state API sending the job's log (its last `lines` lines; -1: all of it)
+    from the node that runs the job's driver, not yet read; None while there is no log
+    (no such job, its driver not placed, its file not written)."""
+    job = _request("GET", f"/api/jobs/{submission_id}")
+    node_id = job.json().get("driver_node_id") if job.status_code != 404 else None
+    if not node_id:
+        return None
+    query = {"node_id": node_id, "submission_id": submission_id, "lines": lines,
+             "timeout": deadline_s}  # fmt: skip
+    try:
+        return _request("GET", f"/api/v0/logs/file?{urlencode(query)}", stream=True)
+    except RayUnavailable as error:
+        if NO_LOG_FILE in str(error):
+            return None
+        raise
 
 
 def live_nodes(timeout_s: float | None = None) -> list[dict]:

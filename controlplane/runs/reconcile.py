@@ -24,7 +24,10 @@ from controlplane.runs.submission import submit, submit_again
 # created or submitted is submitted again (the first attempt was lost, e.g. the
 # worker died or the broker was down).
 RESUBMIT_AFTER = timedelta(seconds=30)
+# A failed run's exit reason ends with its log's last lines (and no more than this of
+# them: one endless line is not taken whole).
 LOG_TAIL_LINES = 20
+LOG_TAIL_MAX_BYTES = 16 * 1024
 
 STATE_OF_ENDED_JOB = {
     "SUCCEEDED": RunState.SUCCEEDED,
@@ -111,7 +114,8 @@ def _waiting(run: Run, job: ray_jobs.JobState, now) -> Run:
 
 def _failure_reason(run: Run, message: str) -> str:
     try:
-        tail = ray_jobs.logs(run.submission_id).strip().splitlines()[-LOG_TAIL_LINES:]
+        text = ray_jobs.log_tail(run.submission_id, LOG_TAIL_LINES, LOG_TAIL_MAX_BYTES)
+        tail = text.strip().splitlines()[-LOG_TAIL_LINES:]
     except ray_jobs.RayJobsError:
         tail = []
     return "\n".join([message, *tail]).strip()

@@ -23,6 +23,7 @@ from controlplane.runs.interruption import resume_refusal
 from controlplane.runs.models import Run, RunEvent, RunState
 from controlplane.runs.selectors import with_figures
 from trainer.cluster import ClusterConfigError, cluster_from_dict, resolve_placement
+from trainer.config.addresses import redact_urls_in
 
 EVENTS_SHOWN = 200  # the newest events on the page; all of them are in the API
 
@@ -69,17 +70,27 @@ def evaluations_context(
 def live_fragments(
     run_id: int, user: AbstractBaseUser | AnonymousUser, events: bool = True
 ) -> dict[str, str]:
-    """The run page's live fragments by element id, as its socket sends them (htmx
-    out-of-band swaps): the header and, with `events`, everything an event can change
-    (events, placement, files, evaluations or an eval run's table). {} for no such run."""
+    """The run page's live fragments by element id, as its socket sends them: the header
+    and, with `events`, everything an event can change (events, placement, files,
+    evaluations or an eval run's table). {} for no such run.
+
+    The page shows the same HTML. It carries no hx-swap-oob: htmx's ws extension swaps
+    each element of a socket message by its id anyway, and a page holding out-of-band
+    fragments would have them swapped into whatever page an htmx response holding it
+    lands on (a boosted link to it, the page Stop's redirect leads to)."""
     run = (
-        with_figures(Run.objects.select_related("experiment", "revision", "created_by"))
+        with_figures(Run.objects.select_related("experiment", "revision", "created_by", "cluster"))
         .filter(pk=run_id)
         .first()
     )
     if run is None:
         return {}
-    context: dict[str, Any] = {"run": run, "oob": True, **run_controls(run, user)}
+    context: dict[str, Any] = {
+        "run": run,
+        # Passwords in camera URLs are the run's to use, nobody's to read.
+        "overrides": [redact_urls_in(override) for override in run.overrides or []],
+        **run_controls(run, user),
+    }
     parts = {"run-header": render_to_string("runs/_run_header.html", context)}
     if not events:
         return parts
@@ -259,6 +270,12 @@ def algorithm_name(run: Run) -> str:
         return "ppo"
 
 
+def has_console(run: Run) -> bool:
+    """Whether the run has robots an operator can take over (`env.interventions.source:
+    console`): only such a run offers a console."""
+    return not run.is_eval and intervention_source(run) == "console"
+
+
 def intervention_source(run: Run) -> str:
     """The run's `env.interventions.source` (an on-policy run with one charts its
     intervention rate too); none when the config does not say."""
@@ -345,4 +362,4 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def _shown(value: Any) -> str:
     if value is _MISSING:
         return "—"
-    return dump_value(value)
+    return redact_urls_in(dump_value(value))

@@ -1,12 +1,11 @@
 """Reading runs: the runs list's rows (the figures each shows) for the page and the API
-alike, and what Ray holds about a run."""
+alike. A run's job log: runs/run_logs.py."""
 
 from __future__ import annotations
 
 from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 
-from controlplane.runs import ray_jobs
 from controlplane.runs.models import MetricKey, MetricPoint, Run
 from controlplane.runs.series import OVERALL_SUCCESS_KEY
 
@@ -32,8 +31,3 @@ def with_figures(runs: QuerySet[Run]) -> QuerySet[Run]:
             Coalesce("finished_at", Now()) - F("started_at"), output_field=DurationField()
         ),
     )
-
-
-def job_logs(run: Run) -> str:
-    """The current attempt's job log ("" before it has a job). Raises RayJobsError."""
-    return ray_jobs.logs(run.submission_id) if run.ray_job_id else ""

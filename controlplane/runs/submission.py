@@ -5,6 +5,7 @@ The row lock orders a submission against a cancel: the run is marked as having a
 between stops the job that was just created, so no job runs for a cancelled run.
 """
 
+import os
 import shlex
 import shutil
 import sys
@@ -17,11 +18,17 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane.runs import ray_jobs
-from controlplane.runs.artifacts import run_artifact_dir
+from controlplane.runs.artifacts import (
+    RunFolderTaken,
+    allowed_roots,
+    make_run_folder,
+    run_artifact_dir,
+)
 from controlplane.runs.evaluations import eval_arguments
 from controlplane.runs.models import Run, RunEvent, RunState, TelemetryBatch
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token, make_spool_key
+from trainer.config.path_roots import ROOTS_ENV
 
 TRAINER_DIR = Path(__file__).resolve().parents[2] / "trainer"
 STOP_GRACE_S = 20
@@ -34,6 +41,11 @@ def submit(run_id: int) -> Run:
         if not run.is_active or run.cancel_requested_at is not None:
             return run
         if run.state == RunState.QUEUED:
+            if run.attempt == 1:  # its first submission: its folder is made now, fresh
+                try:
+                    make_run_folder(run.pk)
+                except RunFolderTaken as taken:
+                    return transition(run.pk, RunState.FAILED, str(taken))
             run = transition(run.pk, RunState.SUBMITTING)
         Run.objects.filter(pk=run.pk).update(job_ended=False)
     with job_folder(run) as working_dir:
@@ -74,7 +86,12 @@ def entrypoint(run: Run) -> str:
         return shlex.join([python, "-m", "trainer", *eval_arguments(run)])
     command = [python, "-m", "trainer", "run", "config.yaml",
                "--output-dir", str(run_artifact_dir(run.pk).resolve())]  # fmt: skip
-    if run.attempt > 1:  # a later attempt continues from the run's last checkpoint
+    # A later attempt continues from the run's last checkpoint; an attempt submitted
+    # again (Ray lost its job) continues in the folder it may have begun to write. Its
+    # first job may be recorded as adopted: a submission whose reply was lost (a timeout
+    # on a loaded head) created the job all the same, and its retry found it.
+    earlier_job = RunEvent.objects.filter(run=run, kind__in=("submitted", "adopted"))
+    if run.attempt > 1 or earlier_job.exists():
         command.append("--resume-if-any")
     return shlex.join(command)
 
@@ -106,14 +123,16 @@ def runtime_env(run: Run, working_dir: Path) -> dict:
 
 
 def job_environment(run: Run) -> dict[str, str]:
-    """What the trainer needs to report back: the control plane's URL and the
-    attempt's token and spool key."""
+    """What the trainer needs to report back (the control plane's URL, the attempt's
+    token and spool key) and the folders its config's files may lie in."""
     return {
         "ARMATURE_URL": settings.ARMATURE_WEB_URL,
         "ARMATURE_RUN_ID": str(run.pk),
         "ARMATURE_RUN_TOKEN": make_run_token(run.pk, run.attempt),
         "ARMATURE_RUN_ATTEMPT": str(run.attempt),
         "ARMATURE_SPOOL_KEY": make_spool_key(run.pk, run.attempt),
+        # The only folders the files its config names may lie in.
+        ROOTS_ENV: os.pathsep.join(str(root.resolve()) for root in allowed_roots()),
         # Between Ray's SIGTERM and its SIGKILL when the job is stopped: time for the
         # trainer to finish its iteration and save a checkpoint to resume from.
         "RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S),

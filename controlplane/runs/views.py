@@ -13,9 +13,11 @@ from controlplane.runs.eval_tables import compared_evaluations
 from controlplane.runs.evaluations import EvaluationRefused, request_evaluation
 from controlplane.runs.forms import EvaluateForm
 from controlplane.runs.interruption import CannotResume, resume
+from controlplane.runs.log_text import as_html
 from controlplane.runs.models import Run, RunKind, RunState
 from controlplane.runs.ray_jobs import RayJobsError
 from controlplane.runs.run_filters import RunFilterSet, chosen, problems
+from controlplane.runs.run_logs import downloads_refused, log_download, panel_tail, polls_refused
 from controlplane.runs.run_page import (
     BadRunIds,
     ConfigError,
@@ -23,15 +25,16 @@ from controlplane.runs.run_page import (
     config_differences,
     config_problem,
     evaluations_context,
+    has_console,
     live_fragments,
     runs_to_compare,
     seen_fragments,
     template_names,
 )
-from controlplane.runs.selectors import job_logs, listed_runs
+from controlplane.runs.selectors import listed_runs, with_figures
+from trainer.config.addresses import redact_urls_in
 
 PAGE_SIZE = 25
-LOG_TAIL_LINES = 200
 ORDERING_LABELS = {
     "-created": "newest first",
     "created": "oldest first",
@@ -71,7 +74,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @guarded
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("experiment", "revision"), pk=run_id)
+    run = get_object_or_404(
+        with_figures(Run.objects.select_related("experiment", "revision")), pk=run_id
+    )
     return _run_page(request, run)
 
 
@@ -90,10 +95,14 @@ def _run_page(request: HttpRequest, run: Run, eval_form: EvaluateForm | None = N
         "runs/run_detail.html",
         {
             "run": run,
+            # Passwords in camera URLs are the run's to use, nobody's to read.
+            "config_yaml": redact_urls_in(run.config_yaml),
+            "overrides": [redact_urls_in(override) for override in run.overrides or []],
             "fragments": template_names(shown),
             "seen_fragments": seen_fragments(fragments),
             "config_problem": config_problem(run),
             "chart_context": {**chart_context(run), "now": timezone.now().isoformat()},
+            "has_console": has_console(run),
             "other_runs": Run.objects.filter(experiment=run.experiment).exclude(pk=run.pk)[:20],
         },
         status=refused_status(request, eval_form is not None and eval_form.errors),
@@ -126,17 +135,28 @@ def run_evaluate(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @guarded
 def run_logs(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The log panel's last lines, or with `?download=1` the whole log, streamed
+    (runs/run_logs.py: what each costs, the cache, the per-user limits)."""
     run = get_object_or_404(Run, pk=run_id)
-    try:
-        text = job_logs(run)
-    except RayJobsError as error:
-        text = f"(logs unavailable: {error})"
     if request.GET.get("download"):
-        response = HttpResponse(text, content_type="text/plain")
-        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.log"'
-        return response
-    tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
-    return render(request, "runs/_logs.html", {"run": run, "tail": tail})
+        refused = downloads_refused(request.user)
+        if refused is not None:
+            return refused
+        try:
+            escapes = request.GET.get("ansi") == "1"  # as the job wrote it, colours too
+            return log_download(run, filename=f"run-{run.pk}.log", escapes=escapes)
+        except RayJobsError as error:
+            return HttpResponse(f"logs unavailable: {error}", status=503,
+                                content_type="text/plain; charset=utf-8")  # fmt: skip
+    refused = polls_refused(request.user)
+    if refused is not None:
+        return refused
+    try:
+        tail = panel_tail(run)
+    except RayJobsError as error:
+        tail = f"(logs unavailable: {error})"
+    lines = len(tail.splitlines())
+    return render(request, "runs/_logs.html", {"run": run, "tail": as_html(tail), "lines": lines})
 
 
 @guarded
@@ -174,7 +194,8 @@ def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
 def run_diff(request: HttpRequest, run_id: int, other_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     other = get_object_or_404(Run, pk=other_id)
-    lines = config_diff(other.config_yaml, run.config_yaml, f"run {other.pk}", f"run {run.pk}")
+    lines = config_diff(redact_urls_in(other.config_yaml), redact_urls_in(run.config_yaml),
+                        f"run {other.pk}", f"run {run.pk}")  # fmt: skip
     return render(
         request,
         "experiments/diff.html",

@@ -2,13 +2,16 @@
 console's browser tests start; and what they read of the run and of the page."""
 
 import math
+import subprocess
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from controlplane.experiments.services import create_experiment
 from controlplane.runs.launch import launch_run
 from controlplane.runs.models import MetricPoint, Run
+from tests.processes import wait_until
 
 OPERATOR, PASSWORD = "olga", "pw-for-tests"
 # The console's browser tests are about the operator's path, not the deadman (tested in
@@ -47,11 +50,18 @@ def effector_js(axis: int) -> str:
 
 def robot_state(page) -> dict[str, list[float]]:
     """The robot's state as the page shows it, once the env has placed its goal (the
-    markers are never at the origin)."""
-    page.wait_for_function(
-        f"""() => !Number.isNaN({effector_js(0)})
-                  && !document.getElementById('robot-state').textContent.includes('goal 0 0 0')"""
-    )
+    markers are never at the origin). Up to 2 minutes: on a loaded machine the env's
+    first reset after the run starts may come long after the console went live."""
+    try:
+        page.wait_for_function(
+            f"""() => !Number.isNaN({effector_js(0)}) && !document.getElementById(
+                      'robot-state').textContent.includes('goal 0 0 0')""",
+            timeout=120_000,
+        )
+    except PlaywrightTimeout:
+        keys = ("robot-state", "link-state", "mode", "episode-step", "fps")
+        shown = {key: page.locator(f"#{key}").text_content() for key in keys}
+        raise AssertionError(f"the robot's state never showed a placed goal: {shown}") from None
     text = page.locator("#robot-state").text_content()
     parts = (part.split() for part in text.split(" · "))
     return {name: [float(v) for v in rest] for name, *rest in parts}
@@ -84,3 +94,26 @@ def charted_intervention_rates(page, iterations: int) -> list[float]:
         arg=iterations,
         timeout=30_000,
     ).json_value()
+
+
+def wait_for_the_runs_end(run: Run, timeout_s: float) -> Run:
+    """The run, once final; past `timeout_s`, a failure that says how far it got (its
+    state, progress, last events and metric step, and its trainer's processes), so a
+    run that is slow can be told from one that is stuck."""
+    try:
+        wait_until(lambda: Run.objects.get(pk=run.pk).is_final, timeout_s, "the run's end", 0.5)
+    except TimeoutError:
+        run.refresh_from_db()
+        events = [f"{e.created_at:%H:%M:%S} {e.kind} {e.message or ''} {str(e.data)[:200]}"
+                  for e in run.events.order_by("-pk")[:12]][::-1]  # fmt: skip
+        last = MetricPoint.objects.filter(key__run=run).order_by("-step").first()
+        processes = subprocess.run(["ps", "-eo", "pid,stat,pcpu,etimes,args"], text=True,
+                                   capture_output=True).stdout.splitlines()  # fmt: skip
+        trainers = [line[:220] for line in processes if "trainer" in line]
+        raise TimeoutError("\n".join([
+            f"run {run.pk} not final after {timeout_s:.0f} s: {run.state}, progress "
+            f"{run.progress_step}/{run.progress_total}, last metric step "
+            f"{last.step if last else None} at {last.wall_time if last else None}",
+            *events, "trainer processes:", *trainers,
+        ])) from None  # fmt: skip
+    return Run.objects.get(pk=run.pk)

@@ -1,5 +1,6 @@
 """In Chromium: an operator opens the console of a running RLPD run on the built-in env,
-takes a simulated robot over, drives it with the keys and releases it; the audit lists
+takes a simulated robot over (its gripper as it was), drives it with the keys, toggles
+its gripper and releases it; the audit lists
 the takeover, the learner's demo buffer holds exactly the intervened transitions, the
 run's folder holds them as a LeRobot dataset, and the run page's intervention-rate
 chart draws them."""
@@ -9,7 +10,7 @@ from django.conf import settings
 from playwright.sync_api import expect
 
 from controlplane.runs.artifacts import run_artifact_dir
-from controlplane.runs.models import Run, RunEvent, RunState
+from controlplane.runs.models import RunEvent, RunState
 from tests.browser.operator_run import (
     BROWSER_DEADMAN_S,
     charted_intervention_rates,
@@ -18,6 +19,7 @@ from tests.browser.operator_run import (
     operator_run,
     robot_state,
     values,
+    wait_for_the_runs_end,
 )
 from tests.processes import wait_until
 from trainer.data.demos import load_demos
@@ -38,9 +40,11 @@ def running(browser, stack_factory, ray_head):
     stack.start_web()
     config = (settings.BASE_DIR / "examples/builtin_rlpd_console.yaml").read_text()
     # Its robots step in real time (env.interventions.real_time): 4 s an iteration, so
-    # the run is still going when the operator drives.
+    # the run is still going when the operator drives. One update a step, not the
+    # example's four: the learner keeps the robots' pace beside the whole suite.
     overrides = [
-        f"runner.iterations={ITERATIONS}", f"env.interventions.deadman_s={BROWSER_DEADMAN_S}"
+        f"runner.iterations={ITERATIONS}", f"env.interventions.deadman_s={BROWSER_DEADMAN_S}",
+        "algorithm.rlpd.updates_per_step=1",
     ]  # fmt: skip
     page, run = operator_run(browser, stack, "console-demo", config, "/runs/{run}/", overrides)
     page.stack = stack
@@ -56,14 +60,15 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(page.locator("#link-state")).to_have_text("live", timeout=180_000)
     expect(page.get_by_role("tab")).to_have_count(4)
     page.wait_for_function(
-        "() => Number(document.getElementById('camera').dataset.frames || 0) > 5"
+        "() => Number(document.getElementById('camera').dataset.frames || 0) > 5", timeout=60_000
     )
     expect(page.locator("#camera-note")).to_contain_text("top · 160×160")
     expect(page.locator("#camera-pick")).to_have_value("top")  # its one camera
     expect(page.locator("#rtt")).not_to_have_text("—")
 
+    # Round trips to the robots beside the whole suite on a 2-core machine: seconds.
     page.keyboard.press("t")
-    expect(page.locator("#mode")).to_have_text("human")
+    expect(page.locator("#mode")).to_have_text("human", timeout=30_000)
     expect(page.locator("#holder")).to_have_text("olga")
     state = robot_state(page)  # held still: a zero action until a key is down
     axis, sign = free_direction(state)
@@ -73,12 +78,22 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     wanted[axis] = f"{sign:.2f}"
     expect(page.locator("#your-action")).to_contain_text(" ".join(wanted))
     start = state["effector"][axis]
-    page.wait_for_function(f"() => {sign} * ({effector_js(axis)} - {start}) > 0.2", timeout=10_000)
+    # Several real-time env steps of the held key: seconds alone, up to a minute beside
+    # the whole suite on a 2-core machine.
+    page.wait_for_function(f"() => {sign} * ({effector_js(axis)} - {start}) > 0.2", timeout=60_000)
     # The episode's timeline shows the operator's steps as they are taken.
     expect(page.locator("#episode-timeline .segment-human").first).to_be_attached()
     expect(page.locator("#episode-timeline-note")).to_contain_text("human")
     page.keyboard.up(key)
     expect(page.locator("#applied-latency")).not_to_have_text("—")
+    # Taking over and driving never moved the gripper; the page shows it as it is, and
+    # only the operator's G changes it.
+    grip = robot_state(page)["gripper"][0]
+    assert grip == state["gripper"][0]
+    expect(page.locator("#gripper")).to_have_text("closed" if grip else "open")
+    page.keyboard.press("g")
+    expect(page.locator("#gripper")).to_have_text("open" if grip else "closed")
+    wait_until(lambda: robot_state(page)["gripper"][0] != grip, 30, "the gripper to toggle", 0.1)
     page.evaluate(
         """window.testPads = [{id: "Test pad", connected: true, axes: [0, -1, 0, 0],
                                buttons: [{pressed: false}]}]"""
@@ -87,11 +102,11 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(page.locator("#your-action")).to_contain_text("0.00 1.00 0.00")
     page.evaluate("window.testPads = []")
     page.keyboard.press("y")
-    expect(page.locator("#mode")).to_have_text("policy")
+    expect(page.locator("#mode")).to_have_text("policy", timeout=30_000)
 
     # 12 real-time iterations: about a minute alone, about five beside the whole suite
     # on a 2-core CI machine.
-    wait_until(lambda: Run.objects.get(pk=run.pk).is_final, 540, "the run's end", 0.5)
+    wait_for_the_runs_end(run, 540)
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED, run.exit_reason
     (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")

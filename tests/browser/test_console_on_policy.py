@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from controlplane.runs.models import Run, RunEvent, RunState
+from controlplane.runs.models import RunEvent, RunState
 from tests.browser.operator_run import (
     BROWSER_DEADMAN_S,
     charted_intervention_rates,
@@ -16,8 +16,8 @@ from tests.browser.operator_run import (
     operator_run,
     robot_state,
     values,
+    wait_for_the_runs_end,
 )
-from tests.processes import wait_until
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -60,7 +60,7 @@ def test_an_operator_drives_inside_a_grpo_runs_action_chunks(browser, stack_fact
         page.keyboard.press("y")
         expect(page.locator("#mode")).to_have_text("policy")
 
-        wait_until(lambda: Run.objects.get(pk=run.pk).is_final, 300, "the run's end", 0.5)
+        wait_for_the_runs_end(run, 300)
         run.refresh_from_db()
         assert run.state == RunState.SUCCEEDED, run.exit_reason
         (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")

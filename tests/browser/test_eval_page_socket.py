@@ -39,6 +39,8 @@ def page(browser, web, settings):
     page.get_by_label("Username").fill("olga")
     page.get_by_label("Password").fill("pw-for-tests")
     page.get_by_role("button", name="Log in").click()
+    # Landed on the run's page: a reload while the login still navigates has no page.
+    expect(page.locator("#run-header")).to_be_visible()
     page.web, page.run = web, run
     yield page
     page.close()

@@ -32,7 +32,7 @@ def test_it_logs_in_and_sees_every_component_up(browser, live_stack):
         row = page.locator(f'#status-panel tr[data-component="{component}"]')
         expect(row).to_have_attribute("data-state", "up", timeout=60_000)
         expect(row.locator(".badge.up")).to_have_text("up")
-    expect(page.locator('tr[data-component="ray"]')).to_contain_text("1 nodes, 2 CPUs")
+    expect(page.locator('tr[data-component="ray"]')).to_contain_text("1 node, 2 CPUs, 0 GPUs")
     page.screenshot(path=str(live_stack.log_dir / "home.png"), full_page=True)
     for link in ["Runs", "Experiments", "Cluster", "Robots", "Console", "API docs"]:
         expect(page.get_by_role("navigation").get_by_role("link", name=link)).to_be_visible()

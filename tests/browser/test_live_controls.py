@@ -145,6 +145,22 @@ def test_stop_stays_the_same_button_while_a_run_streams_and_one_click_stops_it(p
     assert clicked_after < 3, f"the click took {clicked_after:.1f} s"
 
 
+def test_stop_on_a_quiet_run_shows_its_answer_at_once_and_stays(page):
+    """Nothing else re-renders the header of a run that reports nothing: what Stop's
+    answer holds (the run's page) gives it the "cancelling…" badge, and keeps Stop."""
+    run = submitted_run("quiet")
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    live(page)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Stop").click()
+    header = page.locator("#run-header")
+    expect(header.locator(".badge", has_text="cancelling")).to_be_visible(timeout=15_000)
+    expect(header.get_by_role("button", name="Stop")).to_have_count(1)
+    page.wait_for_timeout(500)  # what htmx does after the swap
+    expect(header.get_by_role("button", name="Stop")).to_have_count(1)
+    assert Run.objects.get(pk=run.pk).cancel_requested_at is not None
+
+
 def test_the_runs_lists_tick_boxes_and_links_survive_row_updates(page):
     run = submitted_run("listed")
     streamer = Streamer(page.web.url, run)
@@ -224,7 +240,15 @@ def test_the_files_and_evaluations_cards_follow_the_run_without_a_reload(page):
     checkpoint(10)
     expect(files.get_by_role("link", name="checkpoints/iter_10.pt")).to_be_visible(timeout=15_000)
     expect(form.get_by_label("Checkpoint").locator("option")).to_have_text(["iter 10", "iter 5"])
+    expect(form.get_by_label("Checkpoint")).to_have_value("10")  # the newest, selected
     expect(form.get_by_label("Tasks")).to_have_value("0,1")
+    # A checkpoint the user chose stays chosen when a newer one arrives.
+    form.get_by_label("Checkpoint").select_option("5")
+    checkpoint(15)
+    expect(form.get_by_label("Checkpoint").locator("option")).to_have_text(
+        ["iter 15", "iter 10", "iter 5"], timeout=15_000
+    )
+    expect(form.get_by_label("Checkpoint")).to_have_value("5")
 
     # An evaluation of it, moving on: its row shows on this page as it goes.
     request = EvalRequest(checkpoint=5)

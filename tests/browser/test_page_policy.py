@@ -208,6 +208,7 @@ def test_every_page_loads_under_the_policy_without_a_violation_and_works(site):
 
     watched.open("/settings/")
     page.get_by_label("Name").fill("ci")
+    page.get_by_label("Your password").fill("pw-for-tests")
     page.get_by_role("button", name="Create token").click()
     expect(page.locator("#new-token")).to_contain_text("arm_")
     expect(page.locator(".new-token")).to_have_css("border-top-style", "solid")  # app.css

@@ -10,9 +10,9 @@ import pytest
 from playwright.sync_api import expect
 
 from controlplane.runs.artifacts import run_artifact_dir
-from controlplane.runs.models import Run, RunEvent, RunState
-from tests.browser.operator_run import operator_run
-from tests.browser.real_arm import BOX, arm_config
+from controlplane.runs.models import RunEvent, RunState
+from tests.browser.operator_run import operator_run, wait_for_the_runs_end
+from tests.browser.real_arm import BOX, arm_config, declare_arm
 from tests.processes import wait_until
 from trainer.data.demos import load_demos
 from trainer.hardware.serl_franka import SafetyBox
@@ -20,7 +20,6 @@ from trainer.hardware.serl_franka import SafetyBox
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(500),
-    pytest.mark.embedded,  # CI runs it again with SQLite, the file broker, in-memory layer
 ]
 
 
@@ -31,6 +30,7 @@ def test_an_operator_drives_a_real_arm_and_the_run_survives_its_server_dying(
     stack = stack_factory(RAY_ADDRESS=ray_head.url)
     stack.start_worker()
     stack.start_web()
+    declare_arm(server, camera)
     page, run = operator_run(browser, stack, "real-arm", arm_config(server, camera),
                              "/console/runs/{run}/")  # fmt: skip
     try:
@@ -57,13 +57,14 @@ def test_an_operator_drives_a_real_arm_and_the_run_survives_its_server_dying(
         server.stop()  # the arm's server dies under the run ...
         time.sleep(3)
         server.start()  # ... and comes back on the same port
-        wait_until(lambda: Run.objects.get(pk=run.pk).is_final, 300, "the run's end", 0.5)
+        wait_for_the_runs_end(run, 300)
     finally:
         page.close()
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED, run.exit_reason
-    (recovered,) = RunEvent.objects.filter(run=run, kind="recovered")
-    assert "franka-0" in recovered.data["what"] and "reached again" in recovered.data["what"]
+    # At least once: on a loaded machine a slow reply may cost the link a second time.
+    recovered = [e.data["what"] for e in RunEvent.objects.filter(run=run, kind="recovered")]
+    assert any("franka-0" in what and "reached again" in what for what in recovered), recovered
     (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")
     assert takeover.data["operator"] == "olga" and takeover.data["robot_name"] == "franka-0"
     box = SafetyBox(*(tuple(BOX[key]) for key in ("xyz_low", "xyz_high", "rpy_low",

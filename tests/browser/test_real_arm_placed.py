@@ -12,9 +12,9 @@ import yaml
 from playwright.sync_api import expect
 
 from controlplane.runs.artifacts import run_artifact_dir
-from controlplane.runs.models import Run, RunEvent, RunState
-from tests.browser.operator_run import operator_run
-from tests.browser.real_arm import BOX, arm_config
+from controlplane.runs.models import RunEvent, RunState
+from tests.browser.operator_run import operator_run, wait_for_the_runs_end
+from tests.browser.real_arm import BOX, arm_config, declare_arm
 from tests.processes import wait_until
 from tests.stack import RayHead, RayNode
 from trainer.data.demos import load_demos
@@ -46,6 +46,7 @@ def test_an_operator_drives_an_arm_whose_worker_is_on_the_robot_node(
     stack = stack_factory(RAY_ADDRESS=robot_node_cluster.url)
     stack.start_worker()
     stack.start_web()
+    declare_arm(server, camera)
     page, run = operator_run(browser, stack, "real-arm-placed",
                              yaml.safe_dump(document, sort_keys=False),
                              "/console/runs/{run}/")  # fmt: skip
@@ -68,7 +69,7 @@ def test_an_operator_drives_an_arm_whose_worker_is_on_the_robot_node(
         server.stop()  # the arm's server dies under the run ...
         time.sleep(3)
         server.start()  # ... and comes back on the same port
-        wait_until(lambda: Run.objects.get(pk=run.pk).is_final, 400, "the run's end", 0.5)
+        wait_for_the_runs_end(run, 400)
     finally:
         page.close()
     run.refresh_from_db()

@@ -8,8 +8,6 @@ import time
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from controlplane.runs.models import Run, RunState
@@ -106,20 +104,8 @@ def make_run(name: str) -> Run:
 
 
 @pytest.fixture
-def page(browser, web):
-    user = get_user_model().objects.create_user("rita", password="pw-for-tests")
-    user.groups.add(Group.objects.get_or_create(name="operator")[0])
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(web.url + "/login/")
-    page.get_by_label("Username").fill("rita")
-    page.get_by_label("Password").fill("pw-for-tests")
-    page.get_by_role("button", name="Log in").click()
-    page.web = web
-    yield page
-    page.close()
-    assert not errors, errors
+def page(operator_page):
+    return operator_page
 
 
 def drawn(page, chart: str) -> dict | None:
@@ -174,7 +160,9 @@ def test_a_streaming_run_updates_charts_tasks_and_summary(page):
     summary = page.locator("#run-summary")
     expect(summary.locator('[data-field="state"]')).to_have_text("running", timeout=15_000)
     expect(summary.locator('[data-field="iteration"]')).to_have_text(f"8 / {TOTAL}", timeout=15_000)
-    expect(summary.locator('[data-field="success"]')).to_have_text(str(8 / TOTAL), timeout=15_000)
+    expect(summary.locator('[data-field="success"]')).to_have_text(
+        f"{8 / TOTAL:.2f}", timeout=15_000
+    )
     expect(summary.locator('[data-field="env-steps"]')).to_have_text(f"{640 * 8:,}", timeout=15_000)
     expect(summary.locator('[data-field="elapsed"]')).to_have_text(re.compile(r"^\d+:\d\d$"))
     expect(summary.locator('[data-field="eta"]')).not_to_have_text("—")
@@ -430,4 +418,63 @@ def test_a_placed_run_charts_each_processs_gpu_memory_and_utilisation(page):
     wait_drawn(page, "device_allocated", lambda d: d["actor-1"]["y"][-1:] == [24.0], "a live point")
     page.set_viewport_size({"width": 1440, "height": 900})
     page.screenshot(path=str(page.web.log_dir / "placed_gpus.png"), full_page=True)
+    feeder.finish()
+
+
+def diagnostics(step: int) -> dict[str, float]:
+    """What a token-ratio run (a VLA's) adds per iteration (trainer/algorithms/on_policy.py,
+    trainer/runner/on_policy_runner.py): why its policy moves or not."""
+    values = {
+        "losses/clip_fraction_low": 0.01 * step,
+        "losses/clip_fraction_high": 0.02 * step,
+        "losses/approx_kl_token": 0.001 * step,
+        "losses/approx_kl_chunk": 0.03 * step,
+        "losses/kl_reference": 0.005 * step,
+        "losses/abs_log_ratio_token": 0.04 * step,
+        "rollout/informative_group_share": 0.25 * (step % 4),
+    }
+    for dim in range(7):
+        values[f"policy/entropy_dim{dim}"] = 5.0 - 0.1 * step - 0.2 * dim
+    return values
+
+
+def test_a_token_ratio_run_charts_clips_kl_log_ratios_entropy_per_dim_and_informative_groups(
+    page,
+):
+    plain = make_run("plain")
+    feeder = Feeder(page.web.url, plain)
+    feeder.iterations(2)
+    feeder.settled()
+    page.goto(f"{page.web.url}/runs/{plain.pk}/")
+    wait_drawn(page, "clip", lambda d: d["clip fraction"]["x"] == [1, 2], "the plain run")
+    assert sorted(drawn(page, "clip")) == ["clip fraction"]  # no sides it never reported
+    for chart in ("entropy_dims", "log_ratio", "informative_groups"):
+        expect(page.locator(f'figure[data-chart="{chart}"]')).to_be_hidden()
+    feeder.finish()
+
+    run = make_run("token-ratio")
+    feeder = Feeder(page.web.url, run)
+    for _ in range(3):
+        feeder.step += 1
+        feeder.link.metrics(feeder.step, iteration(feeder.step) | diagnostics(feeder.step))
+    feeder.settled()
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    expect(page.locator("[ws-connect] .live-dot.on")).to_be_visible(timeout=15_000)
+    clip = wait_drawn(page, "clip", lambda d: len(d) == 3, "both sides of the clip")
+    assert clip["below 1 - low"]["y"] == pytest.approx([0.01, 0.02, 0.03])
+    assert clip["above 1 + high"]["y"] == pytest.approx([0.02, 0.04, 0.06])
+    kl = drawn(page, "kl")
+    assert sorted(kl) == ["KL", "per chunk", "per token", "to the start policy"]
+    assert kl["per token"]["y"] == pytest.approx([0.001, 0.002, 0.003])
+    assert kl["to the start policy"]["y"] == pytest.approx([0.005, 0.01, 0.015])
+    log_ratio = drawn(page, "log_ratio")
+    assert log_ratio["|log r| per token"]["y"] == pytest.approx([0.04, 0.08, 0.12])
+    entropy = drawn(page, "entropy_dims")
+    assert list(entropy) == [f"dim {d}" for d in range(7)]
+    assert entropy["dim 6"]["y"] == pytest.approx([3.7, 3.6, 3.5])
+    informative = drawn(page, "informative_groups")
+    assert informative["informative share"]["y"] == [0.25, 0.5, 0.75]
+    for chart in ("entropy_dims", "log_ratio", "informative_groups"):
+        expect(page.locator(f'figure[data-chart="{chart}"]')).to_be_visible()
+    page.screenshot(path=str(page.web.log_dir / "token-ratio.png"), full_page=True)
     feeder.finish()

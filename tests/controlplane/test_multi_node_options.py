@@ -8,6 +8,8 @@ import argparse
 import os
 import signal
 import socket
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -236,14 +238,22 @@ def test_a_refused_token_stops_join_with_the_reason_instead_of_starting_again(tm
     assert "the head refused this node's Ray token" in output.err
 
 
-def test_a_ray_temp_folder_is_short_enough_for_the_sockets_ray_puts_in_it():
-    """Ray's socket paths (the temp folder + up to 65 bytes) must fit in 107 bytes: a
-    checkout's var/ folder that is too deep moves the node's folder under /tmp."""
-    from controlplane.core.stack import RAY_SOCKET_SUFFIX_LEN, short_temp_dir
+def test_ctrl_c_stops_the_node_even_when_joins_output_pipe_is_gone(tmp_path, monkeypatch):
+    """`./armature join … | tee join.log`, then Ctrl-C: tee exits on the same SIGINT, and
+    join's lines then meet a closed pipe. The node is stopped all the same."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (tee) is gone
+    broken = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", broken)
+    monkeypatch.setattr(sys, "stderr", broken)
 
-    deep = Path("/work/ci-check/var/test/session-24442/ray-node-1")  # failed as is
-    moved = short_temp_dir(deep, "armature-ray-node-1")
-    assert moved != deep and len(str(moved)) + RAY_SOCKET_SUFFIX_LEN <= 107
-    assert moved == short_temp_dir(deep, "armature-ray-node-1")  # the same every start
-    shallow = Path("/srv/a/var/ray")
-    assert short_temp_dir(shallow, "armature-ray") == shallow
+    def command() -> list[str]:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+        return ["sh", "-c", "echo started; exec sleep 60"]
+
+    keeper = join.NodeKeeper(command, os.environ, str(tmp_path), ("127.0.0.1", 1))
+    try:
+        assert keeper.run() == 0
+    finally:
+        broken.close()
+    assert keeper.node.returncode == -signal.SIGTERM  # told to stop, not left running

@@ -1,8 +1,10 @@
 """`./armature up` on a fresh var/: the UI comes up with every component healthy and a
 demo to launch, and Ctrl-C leaves no process behind (Ray included)."""
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -10,13 +12,14 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from tests.processes import free_port, pids_with_env, wait_until
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.embedded, pytest.mark.embedded_only]
+pytestmark = [pytest.mark.timeout(420), pytest.mark.embedded, pytest.mark.embedded_only]
 
 
 def healthz(url: str) -> dict | None:
@@ -48,7 +51,25 @@ def wait_for_stack(url: str, timeout_s: float, log_path) -> dict:
     return reports[-1]
 
 
-def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
+# `./armature up 2>&1 | tee up.log` as a shell runs it: both in a process group of their
+# own (the terminal's foreground job), the shell outside it. argv: the log, then `up`.
+UP_PIPED_INTO_TEE = """
+import subprocess, sys
+up = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                      process_group=0)
+tee = subprocess.Popen(["tee", sys.argv[1]], stdin=up.stdout, stdout=subprocess.DEVNULL,
+                       process_group=up.pid)
+up.stdout.close()
+print(up.pid, flush=True)
+tee.wait()
+sys.exit(up.wait())
+"""
+
+
+def test_up_runs_everything_and_ctrl_c_stops_everything_piped_into_tee(tmp_path):
+    """`./armature up 2>&1 | tee up.log`: every component comes up, with a demo to launch.
+    Ctrl-C reaches the whole foreground job, tee too: `up` then writes its shutdown lines
+    into a pipe nobody reads, and must stop the stack all the same."""
     # Ray's fixed default ports, taken (as by another Ray head): up chooses others.
     held = hold_ports([10001, 52365])
     var_dir = tmp_path / "var"
@@ -66,14 +87,19 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
         ARMATURE_RAY_DASHBOARD_PORT=str(ray_dashboard),
     )
     log_path = tmp_path / "up.log"
-    with open(log_path, "wb") as log:
-        up = subprocess.Popen(
-            [sys.executable, "manage.py", "up", "--port", str(port)],
-            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    up = [sys.executable, "manage.py", "up", "--port", str(port)]
+    shell = subprocess.Popen(
+        [sys.executable, "-c", UP_PIPED_INTO_TEE, str(log_path), *up],
+        cwd=settings.BASE_DIR, env=env, stdout=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    job = int(shell.stdout.readline())  # the foreground job's process group
+
+    def running() -> list[int]:
+        return pids_with_env("ARMATURE_VAR_DIR", str(var_dir))
+
     url = f"http://127.0.0.1:{port}"
     try:
-        report = wait_for_stack(url, 150, log_path)
+        report = wait_for_stack(url, 240, log_path)
         output = log_path.read_text()
         assert f"Armature: http://127.0.0.1:{port}/" in output
         assert "log in as admin / admin-pw-for-tests" in output
@@ -90,6 +116,11 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
         for name in ("armature.sqlite3", "secret_key"):
             mode = (var_dir / name).stat().st_mode
             assert mode & 0o077 == 0, (name, oct(mode))
+        # Ray's files: var/ is too deep here for Ray's socket paths, so they are in a
+        # folder of this user's alone under /tmp, linked from var/ray (Ray makes its own
+        # folder, the one inside, writable by all).
+        private = ray_folder_made_for(var_dir).lstat()
+        assert private.st_mode & 0o777 == 0o700 and private.st_uid == os.getuid()
 
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
             names = db.execute("select name from experiments_experiment order by name")
@@ -98,16 +129,38 @@ def test_up_runs_everything_and_ctrl_c_stops_everything(tmp_path):
             assert db.execute(
                 "select is_superuser from auth_user where username='admin'"
             ).fetchone() == (1,)
-        assert len(pids_with_env("ARMATURE_VAR_DIR", str(var_dir))) >= 4  # web, worker, Ray
+        assert len(running()) >= 6  # the shell, up, tee, web, worker, Ray
+
+        os.killpg(job, signal.SIGINT)  # what Ctrl-C in the terminal does
+        try:
+            wait_until(lambda: not running(), 60, "every process to exit")
+        except TimeoutError:
+            left = {pid: command_line(pid) for pid in running()}
+            tail = log_path.read_text(errors="replace")[-3000:]
+            pytest.fail(f"still running 60 s after Ctrl-C: {left}\nup's log:\n{tail}")
+        assert shell.wait(10) != 0
     finally:
-        up.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        up.wait(60)
+        for pid in running():  # what this test started, left by a failure
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shell.wait(30)
         for sock in held:
             sock.close()
+        if (var_dir / "ray").is_symlink():
+            shutil.rmtree(ray_folder_made_for(var_dir), ignore_errors=True)
 
-    wait_until(
-        lambda: not pids_with_env("ARMATURE_VAR_DIR", str(var_dir)), 30, "every process to exit"
-    )
+
+def ray_folder_made_for(var_dir: Path) -> Path:
+    """The private folder under /tmp that `up` made for Ray's files (var/ray links to
+    Ray's folder in it)."""
+    return Path(os.readlink(var_dir / "ray")).parent
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+    except OSError:
+        return "?"
 
 
 def hold_ports(ports: list[int]) -> list[socket.socket]:
@@ -162,6 +215,9 @@ def wait_for_end(var_dir, run_id: int, timeout_s: float, log_path) -> dict:
     return run_row(var_dir, run_id)
 
 
+ITERATIONS = 20
+
+
 def metrics_lines(var_dir, run_id: int) -> list[dict]:
     path = var_dir / "artifacts" / f"run-{run_id}" / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -192,7 +248,12 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
         wait_for_stack(url, 240, tmp_path / "up.log")
         web = WebSession(url)
         web.login("admin", (var_dir / "admin_password").read_text().strip())
-        status, run = web.api("POST", "runs", {"experiment": "demo-builtin-ppo"})
+        # Long enough to be running at Ctrl-C, short enough to finish soon after resuming.
+        status, run = web.api(
+            "POST",
+            "runs",
+            {"experiment": "demo-builtin-ppo", "overrides": [f"runner.iterations={ITERATIONS}"]},
+        )
         assert status == 201, run
         run_id = run["id"]
         wait_until(lambda: len(metrics_lines(var_dir, run_id)) >= 2, 120, "two iterations", 0.5)
@@ -223,7 +284,7 @@ def test_ctrl_c_interrupts_a_running_run_leaving_no_trainer_and_it_resumes_after
             var_dir, run_id, tmp_path / "up-again.log"
         )
         iterations = [line["iteration"] for line in metrics_lines(var_dir, run_id)]
-        assert iterations == list(range(1, 61))  # continued from the checkpoint, no gap
+        assert iterations == list(range(1, ITERATIONS + 1))  # continued from the checkpoint, no gap
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
             attempts = db.execute(
                 "select distinct attempt from runs_telemetrybatch where run_id = ?", (run_id,)

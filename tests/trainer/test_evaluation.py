@@ -188,3 +188,48 @@ def test_an_rlpd_checkpoint_is_evaluated_as_its_deterministic_actor(tmp_path):
     assert task["task_id"] == 0 and task["episodes"] == 8
     assert list(task["per_horizon"]) == ["1"] and task["per_horizon"]["1"]["episodes"] == 8
     assert task["successes"] / 8 == own  # the same states, the same deterministic actions
+
+
+def frozen_config_of(run_folder: Path, tmp_path: Path, **changes) -> Path:
+    """The run's config as the control plane froze it (what its job folder holds), with
+    `changes` at dotted key paths."""
+    state = torch.load(sorted((run_folder / "checkpoints").glob("iter_*.pt"))[-1],
+                       weights_only=True)  # fmt: skip
+    data = json.loads(json.dumps(state["config"]))
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(data))  # JSON is YAML
+    return path
+
+
+def test_with_the_frozen_config_the_evaluation_runs_it_not_the_checkpoints(trained, tmp_path):
+    """What is evaluated is the frozen config's: here fewer init states per task."""
+    frozen = frozen_config_of(trained, tmp_path, **{"env.init_states_per_task": 3})
+    args = ["eval", str(trained), "--config", str(frozen), "--tasks", "0", "--output"]
+    assert trainer_main([*args, str(tmp_path / "out")]) == 0
+    table = json.loads((tmp_path / "out" / "eval-builtin_reach-iter2.json").read_text())
+    assert [t["episodes"] for t in table["tasks"]] == [6]  # 3 states x 2 horizons
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("env.name", "real_robot"),
+        ("actor.model.path", "/elsewhere/model"),
+        ("cluster", {"num_nodes": 1, "node_groups": [{"label": "cpu", "node_ranks": 0}]}),
+    ],
+)
+def test_a_checkpoint_whose_config_disagrees_with_the_frozen_one_is_refused(
+    trained, tmp_path, capsys, key, value
+):
+    frozen = frozen_config_of(trained, tmp_path, **{key: value})
+    args = ["eval", str(trained), "--config", str(frozen), "--output", str(tmp_path / "out")]
+    assert trainer_main(args) == 2
+    error = capsys.readouterr().err
+    assert f"{key}: the checkpoint's own config says otherwise than the run's frozen" in error
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("eval-*.json"))

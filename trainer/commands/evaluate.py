@@ -1,13 +1,18 @@
-"""``python -m trainer eval CHECKPOINT_OR_RUN [--suite S] [--tasks 0,1] [--states N]``:
-evaluate a checkpoint on the env's protocol (trainer.evaluation.protocol) and write
-the per-task table as JSON and Markdown.
+"""``python -m trainer eval CHECKPOINT_OR_RUN [--config FROZEN] [--suite S] [--tasks 0,1]
+[--states N]``: evaluate a checkpoint on the env's protocol (trainer.evaluation.protocol)
+and write the per-task table as JSON and Markdown.
 
 Launched by the control plane (an eval run), it reports over the link as a training run
-does: started, progress per task, the table (`evaluated`), finished or failed."""
+does: started, progress per task, the table (`evaluated`), finished or failed. It then
+evaluates with the source run's frozen config (`--config`), never with the one a
+checkpoint file carries, which anyone who can write the run's folder could change: a
+checkpoint whose own config disagrees with it on what runs where or what it reaches
+(`BOUND_KEYS`) is refused."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -16,6 +21,8 @@ from typing import Any
 import torch
 
 from trainer.config.errors import ConfigError, ConfigIssue
+from trainer.config.loading import load_config
+from trainer.config.path_roots import paths_outside, roots_from_environment
 from trainer.config.schema import ExperimentConfig
 from trainer.envs.vector_env import VectorEnv
 from trainer.evaluation.protocol import EvalTable, OneActionPlans, evaluate
@@ -31,6 +38,10 @@ from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+# What a checkpoint's own config must say as the frozen one does: the process-level
+# settings and placement (cluster), the robots, cameras and classifier it drives or
+# reads (env.name, env.real_robot), and the model files it loads (actor.model.path).
+BOUND_KEYS = (("cluster",), ("env", "name"), ("env", "real_robot"), ("actor", "model", "path"))
 
 
 def add_parser(subcommands: Any) -> argparse.ArgumentParser:
@@ -42,6 +53,11 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
         "deterministic actions; writes eval-<suite or env>.json and .md.",
     )
     parser.add_argument("checkpoint", help="checkpoint file, run folder or checkpoints folder")
+    parser.add_argument(
+        "--config",
+        help="the run's frozen config to evaluate with (the control plane passes it); "
+        "without it, the one the checkpoint carries",
+    )
     parser.add_argument("--suite", help="LIBERO suite to evaluate on (default: the run's)")
     parser.add_argument(
         "--tasks",
@@ -72,13 +88,45 @@ def requested_tasks(text: str | None) -> list[int] | None:
     return tasks
 
 
-def eval_config(state: dict[str, Any], args: argparse.Namespace) -> ExperimentConfig:
-    """The run's own config, with what the evaluation changes: one rollout per state
-    (no groups), and the suite, batch and worker counts asked for. Without --num-envs, a
-    batch is no larger than --states (a padded slot costs as much as a real one)."""
+def run_config(state: dict[str, Any], frozen: str | None) -> ExperimentConfig:
+    """The config the checkpoint's run ran with: its frozen config (`--config`), the
+    checkpoint's own agreeing with it on `BOUND_KEYS`; without one, the checkpoint's."""
+    carried = ExperimentConfig.model_validate(state["config"])
+    if frozen is None:
+        return carried
+    config = load_config(frozen)
+    ours, theirs = config.model_dump(mode="json"), carried.model_dump(mode="json")
+    problems = []
+    for path in BOUND_KEYS:
+        if _at(ours, path) != _at(theirs, path):
+            problems.append(ConfigIssue(
+                "eval.checkpoint_config",
+                "the checkpoint's own config says otherwise than the run's frozen config "
+                "here; a checkpoint is evaluated with its run's config, and this one was "
+                "not written by that run",
+                path,
+            ))  # fmt: skip
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _at(data: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def eval_config(
+    state: dict[str, Any], args: argparse.Namespace, frozen: str | None = None
+) -> ExperimentConfig:
+    """The run's own config (`run_config`), with what the evaluation changes: one
+    rollout per state (no groups), and the suite, batch and worker counts asked for.
+    Without --num-envs, a batch is no larger than --states (a padded slot costs as much
+    as a real one)."""
     if args.states is not None and args.states < 1:
         raise ConfigError.single("--states", f"must be at least 1, not {args.states}")
-    config = ExperimentConfig.model_validate(state["config"])
+    config = run_config(state, frozen)
     env_changes: dict[str, Any] = {"interventions": {"source": "none"}}  # the policy alone
     if args.suite:
         if config.env.name != "libero":
@@ -118,7 +166,10 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
         asked = requested_tasks(args.tasks)
         path = find_checkpoint(Path(args.checkpoint))
         state = load_checkpoint(path)
-        config = eval_config(state, args)
+        config = eval_config(state, args, args.config)
+        roots = roots_from_environment()
+        if roots is not None and (outside := paths_outside(config, roots)):
+            raise ConfigError(outside)
         reporter.started(
             {"name": config.name, "env": config.env.name, "suite": config.env.suite,
              "checkpoint": str(path), "iteration": int(state["iteration"]),
@@ -174,12 +225,16 @@ def _policy_and_env(
     horizons to evaluate and the chunk. An RLPD actor acts one action at a time: a plan
     of horizon 1."""
     if config.algorithm.name == "rlpd":
-        from trainer.algorithms.rlpd import RLPDLearner
+        from trainer.algorithms.rlpd import RLPDLearner, shares_encoder
         from trainer.runner.rlpd_runner import build_env, rlpd_settings
 
         env = build_env(config)
         device = compute_device(config)
-        learner = RLPDLearner(env.obs_shape, env.action_dim, rlpd_settings(config), device)
+        # The actor's encoder as the checkpoint has it: a run's config from before the
+        # shared encoder does not say it had none.
+        shared = shares_encoder(state["learner"])
+        settings = dataclasses.replace(rlpd_settings(config), shared_encoder=shared)
+        learner = RLPDLearner(env.obs_shape, env.action_dim, settings, device)
         learner.load_state_dict(state["learner"])
         tasks = list(config.env.task_ids or range(env.num_tasks))
         return OneActionPlans(learner.actor, env.action_dim), env, tasks, [1], 1

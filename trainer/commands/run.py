@@ -20,6 +20,7 @@ from typing import Any
 from trainer.cluster import ClusterConfigError
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
+from trainer.config.path_roots import paths_outside, roots_from_environment
 from trainer.config.schema import ExperimentConfig
 from trainer.devices import describe_device
 from trainer.link.environment import LINK_VARIABLES, Link
@@ -83,22 +84,58 @@ def main(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         # Warnings (e.g. the group filter giving up) get one readable line each.
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Before the link spools into it: a folder given to a new run holds nothing yet.
+    taken = output_folder_taken(args)
     # Launched by the control plane, the run reports over the link; alone, this is a no-op.
     # The control plane gives the run's folder (--output-dir), where the link spools.
     with run_link(Path(args.output_dir) if args.output_dir else None) as link:
+        if taken is not None:
+            print(f"config error: {taken}", file=sys.stderr)
+            report_failure(link, taken)
+            return EXIT_BAD_CONFIG
         return _train(args, link)
 
 
-def start_trained_first(config: ExperimentConfig) -> ExperimentConfig:
+def output_folder_taken(args: argparse.Namespace) -> ConfigError | None:
+    """A new run's `--output-dir` must be empty (or not there yet): a folder that holds
+    anything was not made for it, and its checkpoints would be taken for the run's own.
+    Only a resume (--resume, --resume-if-any) continues in a folder that holds files."""
+    if not args.output_dir or args.resume or args.resume_if_any:
+        return None
+    folder = Path(args.output_dir)
+    if folder.is_dir() and not any(folder.iterdir()):
+        return None
+    if not folder.exists() and not folder.is_symlink():
+        return None
+    return ConfigError.single(
+        "--output-dir",
+        f"{folder} already holds files (or is not a folder): a new run starts in an empty "
+        "folder; continue a run in it with --resume",
+    )
+
+
+def start_trained_first(
+    config: ExperimentConfig, roots: list[Path] | None = None, inside: Path | None = None
+) -> ExperimentConfig:
     """`actor.model.init_from` naming a run config (.yaml): that run's folder, trained
-    here first when it has no checkpoint yet (SFT, then RL, in one command)."""
+    here first when it has no checkpoint yet (SFT, then RL, in one command). With
+    `roots` (a run the control plane launched), the nested config's own paths are held
+    to them and its problems are counted, not echoed (the file is not the user's own
+    text, and a run's events are shown to every viewer); with `inside` (the launching
+    run's folder), it trains there, in `start/`, never where its own config says."""
     where = config.actor.model.init_from
     if not where or not where.endswith((".yaml", ".yml")):
         return config
     try:
         start = load_config(where)
+        if roots is not None and (outside := paths_outside(start, roots)):
+            raise ConfigError(outside)
     except ConfigError as error:  # its problems, named as the file's own
-        raise ConfigError.single("actor.model.init_from", f"{where}: {error}") from None
+        told = f"{len(error.problems)} problem(s)" if roots is not None else str(error)
+        raise ConfigError.single("actor.model.init_from", f"{where}: {told}") from None
+    if inside is not None:
+        runner = start.runner.model_copy(update={"output_dir": str(inside / "start")})
+        start = start.model_copy(update={"runner": runner})
     folder = run_folder(start)
     if not has_checkpoint(start):
         print(f"training the run it starts from first: {where} into {folder}", flush=True)
@@ -118,7 +155,12 @@ def _train(args: argparse.Namespace, link: Link) -> int:
         if args.output_dir:
             # JSON text is a YAML double-quoted string: any path reads back as itself.
             overrides.append(f"runner.output_dir={json.dumps(args.output_dir)}")
-        config = start_trained_first(load_config(args.config, overrides))
+        config = load_config(args.config, overrides)
+        roots = roots_from_environment()
+        if roots is not None and (outside := paths_outside(config, roots)):
+            raise ConfigError(outside)
+        inside = Path(args.output_dir) if args.output_dir else None
+        config = start_trained_first(config, roots, inside)
         resume = args.resume or (args.resume_if_any and has_checkpoint(config))
         reporter = RunReporter(link, config)
         plan = distributed_plan(config)

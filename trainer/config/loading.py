@@ -31,6 +31,7 @@ from trainer.config.env_defaults import LIBERO_SUITE_MAX_STEPS
 from trainer.config.env_shards import assign_env_shards
 from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.inventory_arms import with_inventory_arms
+from trainer.config.key_suggestions import closest_key
 from trainer.config.schema import ExperimentConfig
 
 _KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
@@ -211,6 +212,17 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("algorithm", "bc", "demos"),
             )
         )
+    model = config.actor.model
+    if model.action_bounds == "demos" and algorithm.name != "bc" and not model.init_from:
+        problems.append(
+            ConfigIssue(
+                "actor.model.action_bounds",
+                "demos: the bounds are fitted to bc's demos (algorithm.name: bc) or come "
+                "from the checkpoint the run starts from (actor.model.init_from); give "
+                "[low, high] otherwise",
+                ("actor", "model", "action_bounds"),
+            )
+        )
     if algorithm.name == "bc" and config.actor.strategy == "fsdp":
         problems.append(
             ConfigIssue("actor.strategy", "bc trains with ddp, not fsdp", ("actor", "strategy"))
@@ -366,7 +378,9 @@ def _rollout_worker_problems(config: ExperimentConfig, plan: Plan | None) -> lis
 def _schema_problem(issue: Mapping[str, Any]) -> ConfigIssue:
     """A problem pydantic found, its rule named after pydantic's error type."""
     if issue["type"] == "extra_forbidden":
-        return ConfigIssue("config.unknown_key", "unknown key", tuple(issue["loc"]))
+        near = closest_key(ExperimentConfig, issue["loc"])
+        message = f"unknown key; did you mean `{near}`?" if near else "unknown key"
+        return ConfigIssue("config.unknown_key", message, tuple(issue["loc"]))
     return ConfigIssue(f"config.{issue['type']}", str(issue["msg"]), tuple(issue["loc"]))
 
 

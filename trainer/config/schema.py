@@ -9,10 +9,19 @@ description: docs/training.md's table of keys is generated from them
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    model_validator,
+)
 
+from trainer.config.addresses import check_camera_url, check_host, check_robot_url
 from trainer.config.env_defaults import LIBERO_DEFAULT_SUITE, default_max_episode_steps
 
 
@@ -90,16 +99,20 @@ class SafetyBoxConfig(Section):
 
 class CameraConfig(Section):
     name: str = Field(min_length=1, max_length=150, description="The camera's name.")
-    url: str = Field(description="Its MJPEG stream or snapshot URL.")
+    url: Annotated[str, AfterValidator(check_camera_url)] = Field(
+        description="Its MJPEG stream or snapshot URL."
+    )
 
 
 class RobotConfig(Section):
     name: str | None = Field(None, description="The arm's name in the console; null: arm-<n>.")
-    robot_ip: str | None = Field(
+    robot_ip: Annotated[str, AfterValidator(check_host)] | None = Field(
         None, description="The SERL robot server's host (the inventory's robot_ip)."
     )
     port: int = Field(5000, ge=1, le=65535, description="The SERL robot server's port.")
-    url: str | None = Field(None, description="The server's URL; null: http://robot_ip:port/.")
+    url: Annotated[str, AfterValidator(check_robot_url)] | None = Field(
+        None, description="The server's URL; null: http://robot_ip:port/."
+    )
     safety_box: SafetyBoxConfig = Field(description="Where the end effector may be sent.")
     action_scale: list[float] = Field(
         [0.01, 0.06, 1.0],
@@ -187,13 +200,14 @@ class EnvConfig(Section):
     )
     camera: bool = Field(
         False,
-        description="Image observations instead of state (LIBERO). A vla model gets "
-        "images, proprio and the instruction whatever this says.",
+        description="Image observations instead of state (LIBERO's camera; the built-in "
+        "env's top-down view). A vla model gets images, proprio and the instruction "
+        "whatever this says.",
     )
     image_size: PositiveInt | None = Field(
         None,
         description="Camera images' side in pixels (LIBERO's camera; the built-in env's "
-        "view for a VLA); null: the env's default (128 LIBERO, 64 built-in).",
+        "view); null: the env's default (128 LIBERO, 64 built-in).",
     )
     physics_substeps: PositiveInt = Field(
         1,
@@ -229,13 +243,23 @@ class EnvConfig(Section):
 class LoraConfig(Section):
     rank: PositiveInt = Field(16, description="LoRA rank of each adapted layer.")
     alpha: float = Field(32.0, gt=0, description="LoRA scale numerator (scale = alpha / rank).")
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA branch.")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Dropout on the LoRA branch. A vla policy runs without dropout, so that "
+        "its rollout and its update are the same network: it has no effect there.",
+    )
     target_modules: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj"],
         min_length=1,
         description="Names of the backbone's linear layers that get adapters (peft's "
         "target_modules).",
     )
+
+
+# A VLA's action range: [low, high] for every dim, or fitted to bc's demos.
+ActionBounds = Annotated[list[float], Field(min_length=2, max_length=2)] | Literal["demos"]
 
 
 class ModelConfig(Section):
@@ -261,7 +285,11 @@ class ModelConfig(Section):
         "writes; for tests and CPU demos).",
     )
     num_bins: int = Field(
-        256, ge=2, le=4096, description="VLA: discrete bins per action dim (action tokens)."
+        255,
+        ge=3,
+        le=4095,
+        description="VLA: discrete bins per action dim (action tokens); odd, so that 0 is a "
+        "bin's centre (OpenVLA's 255).",
     )
     temperature: float = Field(
         1.0,
@@ -270,11 +298,11 @@ class ModelConfig(Section):
         "log-probs are the tempered policy's. Below 1 explores near the most likely "
         "plan; behaviour cloning and deterministic plans are unaffected.",
     )
-    action_bounds: list[float] = Field(
+    action_bounds: ActionBounds = Field(
         [-1.0, 1.0],
-        min_length=2,
-        max_length=2,
-        description="VLA: the [low, high] range the bins split, per action dim.",
+        description="VLA: the [low, high] range the bins split, per action dim, or demos: "
+        "each dim's 1st to 99th percentile of bc's demos (widened to be symmetric about 0 "
+        "when it holds 0). A checkpoint the run starts from brings its own.",
     )
     lora: LoraConfig | None = Field(
         None, description="VLA: train LoRA adapters (peft) instead of the whole backbone."
@@ -302,9 +330,16 @@ class ModelConfig(Section):
     def _vla_has_a_folder(self) -> ModelConfig:
         if self.kind == "vla" and not self.path:
             raise ValueError("a vla model needs `path`: its base model folder")
-        low, high = self.action_bounds
-        if low >= high:
-            raise ValueError(f"action_bounds needs low < high, got [{low}, {high}]")
+        # Only a VLA decodes bins: an MLP's frozen configs (num_bins 256 before) still load.
+        if self.kind == "vla" and self.num_bins % 2 == 0:
+            raise ValueError(
+                f"num_bins must be odd, so that a zero action is a bin's centre; got "
+                f"{self.num_bins} (OpenVLA's is 255)"
+            )
+        if self.action_bounds != "demos":
+            low, high = self.action_bounds
+            if low >= high:
+                raise ValueError(f"action_bounds needs low < high, got [{low}, {high}]")
         return self
 
 
@@ -354,8 +389,9 @@ class RolloutConfig(Section):
     action_horizons_pattern: list[PositiveInt] = Field(
         [5],
         min_length=1,
-        description="Planning horizon H per sample, assigned cyclically over the batch; "
-        "each must be a multiple of actor.model.num_action_chunks.",
+        description="Planning horizons H: one per group of rollouts (per rollout when "
+        "algorithm.group_size is 1), the groups taking them in turn over the run; each must be "
+        "a multiple of actor.model.num_action_chunks.",
     )
     pipeline_stages: PositiveInt = Field(
         1,
@@ -439,6 +475,18 @@ class RLPDConfig(Section):
         description="On a GPU, capture an update round once as a CUDA graph and replay it "
         "(one launch instead of hundreds of small kernels); false runs it kernel by kernel.",
     )
+    shared_encoder: bool = Field(
+        True,
+        description="Camera images: the actor reads the critics' CNN under a stop-gradient "
+        "(its own projection on top), as RLPD and DrQ do; only the critics' loss trains "
+        "the CNN. false: the actor trains a CNN of its own.",
+    )
+    image_augmentation: Literal["random_shift", "none"] = Field(
+        "random_shift",
+        description="Camera images: random_shift (DrQ's: every update's observations and "
+        "next observations padded 4 pixels, edges replicated, and cropped back at a random "
+        "offset per row) or none.",
+    )
     publish_every: PositiveInt = Field(
         10,
         description="Updates between publications of the actor's weights to placed env "
@@ -501,13 +549,44 @@ class AlgorithmConfig(Section):
     )
     gamma: float = Field(0.95, ge=0, le=1, description="Discount per env step (chunk).")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (PPO).")
-    clip_ratio: float = Field(0.2, gt=0, description="PPO ratio clip epsilon.")
-    ratio: Literal["chunk", "geometric_mean"] = Field(
+    clip_ratio: float = Field(
+        0.2,
+        gt=0,
+        description="The ratio's clip epsilon on the sides clip_ratio_low and "
+        "clip_ratio_high leave unset (ratios from 1 - clip_ratio to 1 + clip_ratio).",
+    )
+    clip_ratio_low: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="How far below 1 the ratio may fall before it is clipped; null: "
+        "clip_ratio. A vla's default is 0.2 where the config sets no clip.",
+    )
+    clip_ratio_high: float | None = Field(
+        None,
+        gt=0,
+        description="How far above 1 the ratio may rise before it is clipped; null: "
+        "clip_ratio. Above clip_ratio_low (clip-higher, DAPO's) a rare token may rise "
+        "further than a likely one may fall, which keeps a token policy exploring; a vla's "
+        "default is 0.28 where the config sets no clip.",
+    )
+    ratio: Literal["chunk", "geometric_mean", "token"] = Field(
         "chunk",
-        description="The clipped ratio of an executed chunk: chunk (its probability "
-        "ratio, the product over its actions and dims) or geometric_mean (that ratio's "
-        "geometric mean over its actions x dims, length-normalised as GSPO does; for a "
-        "VLA's many action tokens, whose product leaves the clip range at once).",
+        description="The clipped ratio of an executed chunk, a token being one action dim "
+        "of one step: chunk (its probability ratio, the product of its tokens'), "
+        "geometric_mean (that ratio's geometric mean, length-normalised as GSPO does, "
+        "clipped in log space by the chunk's range over the token count) or token (each "
+        "token's ratio clipped on its own, the loss the mean of the tokens' surrogates, as "
+        "RLinf and SimpleVLA-RL do). A vla's default is token: the product of its 35-70 "
+        "token ratios leaves any clip range at the first step.",
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="ppo/grpo/rloo: weight of a KL anchor, the per-token KL (k3 "
+        "estimator) from the policy to a frozen copy of the one the run started from "
+        "(an SFT start, init_from), which checkpoints keep. 0: none, and no copy is kept "
+        "(RLinf's and SimpleVLA-RL's default).",
     )
     loss_aggregation: Literal["rows", "episodes"] = Field(
         "rows",
@@ -520,7 +599,13 @@ class AlgorithmConfig(Section):
     value_clip: float | None = Field(None, gt=0, description="Clip the value update; null: off.")
     value_loss_coef: float = Field(0.5, ge=0, description="Weight of the value loss (PPO).")
     entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
-    target_kl: float | None = Field(None, gt=0, description="KL early stop; null: off.")
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="KL early stop: the update stops before the first minibatch whose "
+        "approximate KL (losses/approx_kl) exceeds it, measured per token with ratio "
+        "token and per chunk otherwise; null: off.",
+    )
     update_epochs: PositiveInt = Field(4, description="Passes over the batch per iteration.")
     num_minibatches: PositiveInt = Field(4, description="Minibatches per pass.")
     cuda_graph: bool = Field(
@@ -570,3 +655,32 @@ class ExperimentConfig(Section):
     cluster: dict[str, Any] | None = Field(
         None, description="Cluster and component placement; validated by trainer.cluster."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_kind_defaults(cls, data: Any) -> Any:
+        # What is clipped depends on the policy: a vla's chunk is 35-70 action tokens,
+        # so by default each token's ratio is clipped, with clip-higher. Unset keys are
+        # filled in here, so the resolved config shows what a run used; a config that
+        # sets clip_ratio keeps it on both sides (as configs written before these keys).
+        if not isinstance(data, dict) or _policy_kind(data) != "vla":
+            return data
+        algorithm = data.get("algorithm", {})
+        if not isinstance(algorithm, dict):
+            return data  # a built section is taken as it is
+        defaults: dict[str, Any] = {"ratio": "token"}
+        if "clip_ratio" not in algorithm:
+            defaults.update(clip_ratio_low=VLA_CLIP_RATIO_LOW, clip_ratio_high=VLA_CLIP_RATIO_HIGH)
+        return {**data, "algorithm": {**defaults, **algorithm}}
+
+
+# A vla's clip-higher defaults: SimpleVLA-RL's and DAPO's.
+VLA_CLIP_RATIO_LOW = 0.2
+VLA_CLIP_RATIO_HIGH = 0.28
+
+
+def _policy_kind(data: dict[str, Any]) -> Any:
+    """`actor.model.kind` of a config not validated yet (None where it is not there)."""
+    actor = data.get("actor")
+    model = actor.get("model") if isinstance(actor, dict) else getattr(actor, "model", None)
+    return model.get("kind") if isinstance(model, dict) else getattr(model, "kind", None)

@@ -16,17 +16,25 @@ A dataset folder holds
   channel in [0, 1], shaped `[C, 1, 1]`), which LeRobot's policies normalise with;
 - `videos/<feature>/chunk-000/file-000.mp4` for video features.
 
-This module writes one data file and no videos; it reads every data file and decodes
-videos with PyAV.
+This module writes one data file and no videos; it reads every data file, and of the
+videos the frames the episodes use, with PyAV. A dataset may come from anyone, so it is
+read from its own folder only: every file it opens, and every path its info.json
+formats, resolves (links followed) inside the folder; its videos are opened as MP4 files
+and nothing else (no playlists, no URLs); the video pixels one read decodes are held to
+MAX_VIDEO_PIXELS.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
+import os
+import re
 import shutil
+import string
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +67,18 @@ QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 CHUNKS_SIZE, DATA_FILES_SIZE_IN_MB, VIDEO_FILES_SIZE_IN_MB = 1000, 100, 200
 # How far a video frame may sit from the frame's timestamp (LeRobot's tolerance_s).
 VIDEO_TOLERANCE_S = 1e-4
+# The most video pixels one read decodes: the frames the episodes use and those decoded on
+# the way from a keyframe to them. 2**30 pixels are 3 GiB of RGB frames; read_frames'
+# max_video_pixels sets another limit for one read.
+MAX_VIDEO_PIXELS = 2**30
+# Frames the episodes use that lie further apart in a video are reached by seeking to the
+# keyframe before them; closer ones by decoding on.
+SEEK_GAP_S = 1.0
+# The fields info.json's path templates may format, with the format specs each may take
+# (LeRobot's templates use `{chunk_index:03d}`): indices come out as digits only.
+_INDEX_SPEC = re.compile(r"0?\d{0,2}d?")
+DATA_PATH_FIELDS = {"chunk_index": _INDEX_SPEC, "file_index": _INDEX_SPEC}
+VIDEO_PATH_FIELDS = {"video_key": re.compile(""), **DATA_PATH_FIELDS}
 
 
 @dataclass
@@ -302,6 +322,7 @@ def read_info(folder: Path) -> dict[str, Any]:
     path = Path(folder) / INFO_PATH
     if not path.is_file():
         raise DemoFileError(f"{folder}: no {INFO_PATH}, not a LeRobot dataset")
+    path = _inside(folder, INFO_PATH, INFO_PATH)
     try:
         info = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -317,12 +338,91 @@ def read_info(folder: Path) -> dict[str, Any]:
     for name, feature in info["features"].items():
         if not isinstance(feature, dict) or not {"dtype", "shape"} <= set(feature):
             raise DemoFileError(f"{folder}: feature {name} in {INFO_PATH} has no dtype or shape")
+    _check_path_templates(Path(folder), info)
     return info
 
 
-def read_frames(folder: Path, names: Iterable[str]) -> Frames:
+def _check_path_templates(folder: Path, info: dict[str, Any]) -> None:
+    """`data_path` and `video_path` format indices (and video feature names) only, into
+    paths inside the dataset folder."""
+    data_path = _path_template(folder, info, "data_path", DATA_PATH_FIELDS)
+    if data_path is not None:
+        relative = data_path.format(chunk_index=0, file_index=0)
+        _inside(folder, relative, f"{INFO_PATH}: data_path {data_path!r} gives {relative!r}, which")
+    video_path = _path_template(folder, info, "video_path", VIDEO_PATH_FIELDS)
+    for name, feature in info["features"].items():
+        if feature["dtype"] != "video":
+            continue
+        if "/" in name or "\\" in name or name in ("", ".", ".."):
+            raise DemoFileError(
+                f"{folder}: {INFO_PATH}: video feature {name!r} has a '/' or is '.' or '..' "
+                "(video_path formats the names of video features into paths)"
+            )
+        if video_path is None:
+            raise DemoFileError(f"{folder}: {INFO_PATH}: video feature {name!r} and no video_path")
+        _video_file(folder, video_path, name, 0, 0)
+
+
+def _path_template(
+    folder: Path, info: dict[str, Any], key: str, fields: dict[str, re.Pattern]
+) -> str | None:
+    """The path template `info[key]`, checked to format only `fields`, with their specs."""
+    template = info.get(key)
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise DemoFileError(f"{folder}: {INFO_PATH}: {key} {template!r} is not a path template")
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise DemoFileError(
+            f"{folder}: {INFO_PATH}: {key} {template!r} is not a path template ({error})"
+        ) from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in fields or conversion or not fields[field].fullmatch(spec):
+            written = "{" + field + (f"!{conversion}" if conversion else "")
+            written += (f":{spec}" if spec else "") + "}"
+            allowed = ", ".join("{" + name + "}" for name in fields)
+            raise DemoFileError(
+                f"{folder}: {INFO_PATH}: {key} {template!r}: {written} is not one of the "
+                f"fields it may format ({allowed}, indices with a width like :03d)"
+            )
+    return template
+
+
+def _inside(folder: Path, relative: str, what: str) -> Path:
+    """The path `relative` to the dataset folder, resolved (links followed) and checked to
+    lie inside it; `what` names where the path comes from."""
+    if "\0" in relative:
+        raise DemoFileError(f"{folder}: {what} holds a NUL character, not a path")
+    root = os.path.realpath(folder)
+    resolved = os.path.realpath(os.path.join(root, relative))
+    if os.path.commonpath([root, resolved]) != root:
+        raise DemoFileError(
+            f"{folder}: {what} resolves to {resolved}, outside the dataset folder (a dataset "
+            "is read from its own folder only)"
+        )
+    return Path(resolved)
+
+
+def _video_file(
+    folder: Path, template: str, name: str, chunk_index: int, file_index: int
+) -> tuple[str, Path]:
+    """The video of feature `name` in chunk `chunk_index`, file `file_index`: its path as
+    `video_path` gives it and resolved inside the dataset folder."""
+    relative = template.format(video_key=name, chunk_index=chunk_index, file_index=file_index)
+    what = f"{INFO_PATH}: video_path {template!r} gives {relative!r} (feature {name}), which"
+    return relative, _inside(folder, relative, what)
+
+
+def read_frames(
+    folder: Path, names: Iterable[str], max_video_pixels: int = MAX_VIDEO_PIXELS
+) -> Frames:
     """The frames of the dataset at `folder` with the features `names` (each one of its
-    features) and the bookkeeping columns."""
+    features) and the bookkeeping columns; of its videos, at most `max_video_pixels`
+    pixels are decoded."""
     folder = Path(folder)
     info = read_info(folder)
     features = info["features"]
@@ -343,7 +443,7 @@ def read_frames(folder: Path, names: Iterable[str]) -> Frames:
     columns = {name: column[order] for name, column in columns.items()}
     videos = [name for name in names if features[name]["dtype"] == "video"]
     if videos:
-        columns.update(_read_videos(folder, info, videos, columns))
+        columns.update(_read_videos(folder, info, videos, columns, max_video_pixels))
     tasks = _read_tasks(folder)
     try:
         frame_tasks = [tasks[int(index)] for index in columns["task_index"]]
@@ -355,10 +455,10 @@ def read_frames(folder: Path, names: Iterable[str]) -> Frames:
 def _read_data_file(
     folder: Path, path: Path, names: list[str], features: dict[str, dict]
 ) -> dict[str, np.ndarray]:
+    where = path.relative_to(folder).as_posix()
     try:
-        table = pq.read_table(path, columns=names)
+        table = pq.read_table(_inside(folder, where, where), columns=names)
     except (OSError, pa.ArrowException) as error:
-        where = path.relative_to(folder)
         raise DemoFileError(f"{folder}: {where} is not a readable parquet file ({error})") from None
     columns = {}
     for name in names:
@@ -407,7 +507,7 @@ def _decode_pictures(
 
 
 def _read_tasks(folder: Path) -> dict[int, str]:
-    path = folder / TASKS_PATH
+    path = _inside(folder, TASKS_PATH, TASKS_PATH)
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as error:
@@ -427,6 +527,8 @@ def _read_episodes(folder: Path) -> dict[int, dict[str, Any]]:
         raise DemoFileError(f"{folder}: no episode files under meta/episodes/")
     episodes = {}
     for path in paths:
+        where = path.relative_to(folder).as_posix()
+        path = _inside(folder, where, where)
         names = [name for name in pq.read_schema(path).names if not name.startswith("stats/")]
         for record in pq.read_table(path, columns=names).to_pylist():
             episodes[int(record["episode_index"])] = record
@@ -434,10 +536,15 @@ def _read_episodes(folder: Path) -> dict[int, dict[str, Any]]:
 
 
 def _read_videos(
-    folder: Path, info: dict, names: list[str], columns: dict[str, np.ndarray]
+    folder: Path,
+    info: dict,
+    names: list[str],
+    columns: dict[str, np.ndarray],
+    max_video_pixels: int,
 ) -> dict[str, np.ndarray]:
     """Each frame of the video features `names`: the frame of its episode's mp4 file at
-    the episode's start there plus the frame's timestamp."""
+    the episode's start there plus the frame's timestamp. Only those frames, and the ones
+    on the way from a keyframe to them, are decoded."""
     try:
         import av  # only datasets with video features need it
     except ImportError as error:
@@ -445,56 +552,173 @@ def _read_videos(
             f"{folder}: reading video feature {names[0]} needs PyAV ({error}); record the "
             "dataset with use_videos=False to store pictures in the parquet instead"
         ) from None
+    rows = len(columns["index"])
+    shapes = {name: picture_shape(info["features"][name]) for name in names}
+    asked = sum(rows * shape[0] * shape[1] for shape in shapes.values())
+    if asked > max_video_pixels:
+        raise DemoFileError(
+            f"{folder}: the frames asked for hold {asked} video pixels, over the limit of "
+            f"{max_video_pixels} ({_PIXELS_LIMIT}); read a dataset of fewer frames or "
+            "smaller pictures, or raise the limit"
+        )
     episodes = _read_episodes(folder)
-    decoded: dict[Path, tuple[np.ndarray, np.ndarray]] = {}
+    episode_ids, episode_of_row = np.unique(columns["episode_index"], return_inverse=True)
+    pixels = _VideoPixels(folder, max_video_pixels)
     result = {}
     for name in names:
-        shape = picture_shape(info["features"][name])
-        frames = np.empty((len(columns["index"]), *shape), dtype=np.uint8)
-        for row, (episode, timestamp) in enumerate(
-            zip(columns["episode_index"], columns["timestamp"], strict=True)
-        ):
-            record = episodes.get(int(episode))
-            if record is None or f"videos/{name}/chunk_index" not in record:
-                raise DemoFileError(f"{folder}: episode {episode} has no video of {name}")
-            path = folder / info["video_path"].format(
-                video_key=name,
-                chunk_index=record[f"videos/{name}/chunk_index"],
-                file_index=record[f"videos/{name}/file_index"],
-            )
-            if path not in decoded:
-                decoded[path] = _decode_video(folder, name, path, av)
-            times, pictures = decoded[path]
-            wanted = record[f"videos/{name}/from_timestamp"] + float(timestamp)
-            nearest = int(np.abs(times - wanted).argmin())
-            if abs(times[nearest] - wanted) > VIDEO_TOLERANCE_S:
-                raise DemoFileError(
-                    f"{folder}: {path.relative_to(folder)} has no frame at {wanted:.4f} s "
-                    f"(episode {episode}), the nearest is at {times[nearest]:.4f} s"
-                )
-            if pictures[nearest].shape != shape:
-                raise DemoFileError(
-                    f"{folder}: feature {name} frames are {list(pictures[nearest].shape)}, "
-                    f"{INFO_PATH} says {list(shape)}"
-                )
-            frames[row] = pictures[nearest]
-        result[name] = frames
+        places = [_episode_video(folder, info, name, int(episode), episodes.get(int(episode)))
+                  for episode in episode_ids]  # fmt: skip
+        starts = np.array([start for _, _, start in places], dtype=np.float64)
+        wanted = starts[episode_of_row] + columns["timestamp"].astype(np.float64)
+        result[name] = np.empty((rows, *shapes[name]), dtype=np.uint8)
+        for relative, path in dict.fromkeys((relative, path) for relative, path, _ in places):
+            in_file = [index for index, place in enumerate(places) if place[1] == path]
+            file_rows = np.flatnonzero(np.isin(episode_of_row, in_file))
+            file = (relative, path)
+            video = _VideoFrames(folder, name, shapes[name], file, file_rows, wanted[file_rows])
+            video.decode_into(result[name], pixels, av)
+            video.check_found(columns["episode_index"])
     return result
 
 
-def _decode_video(folder: Path, name: str, path: Path, av: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Every frame of an mp4 file (`[H, W, 3]` uint8) and its time in seconds."""
+_PIXELS_LIMIT = "MAX_VIDEO_PIXELS in trainer/data/lerobot_format.py, read_frames' max_video_pixels"
+
+
+class _VideoPixels:
+    """The video pixels one read has decoded, held to its limit."""
+
+    def __init__(self, folder: Path, limit: int) -> None:
+        self.folder, self.limit, self.decoded = folder, limit, 0
+
+    def count(self, frame: Any, relative: str) -> None:
+        self.decoded += frame.width * frame.height
+        if self.decoded > self.limit:
+            raise DemoFileError(
+                f"{self.folder}: decoding {relative} passes the limit of {self.limit} video "
+                f"pixels ({_PIXELS_LIMIT}); the frames from the keyframe before each "
+                "episode's first are decoded too, so a video with few keyframes costs more"
+            )
+
+
+def _episode_video(
+    folder: Path, info: dict, name: str, episode: int, record: dict[str, Any] | None
+) -> tuple[str, Path, float]:
+    """The video of feature `name` that holds `episode` (its path as video_path gives it,
+    resolved inside the folder) and the episode's start in it in seconds."""
+    keys = [f"videos/{name}/{key}" for key in ("chunk_index", "file_index", "from_timestamp")]
+    if record is None or any(key not in record for key in keys):
+        raise DemoFileError(f"{folder}: episode {episode} has no video of {name}")
     try:
-        with av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            times, pictures = [], []
-            for frame in container.decode(stream):
-                times.append(float(frame.pts * stream.time_base))
-                pictures.append(frame.to_ndarray(format="rgb24"))
-    except (OSError, av.FFmpegError, IndexError) as error:
+        chunk_index, file_index = int(record[keys[0]]), int(record[keys[1]])
+        start = float(record[keys[2]])
+    except (TypeError, ValueError):
+        values = ", ".join(f"{key} {record[key]!r}" for key in keys)
+        raise DemoFileError(f"{folder}: episode {episode}: {values} are not numbers") from None
+    relative, path = _video_file(folder, info["video_path"], name, chunk_index, file_index)
+    return relative, path, start
+
+
+class _VideoFrames:
+    """The frames rows of the dataset take from one mp4 file of the video feature `name`
+    (`[H, W, C]` `shape`). The file is opened as MP4 only, with no protocol but local
+    files, so that a playlist or any other container that fetches what it lists is
+    refused; only the stretches of it that rows use are decoded."""
+
+    def __init__(
+        self,
+        folder: Path,
+        name: str,
+        shape: tuple[int, int, int],
+        file: tuple[str, Path],
+        rows: np.ndarray,
+        wanted: np.ndarray,
+    ) -> None:
+        """`file` is the path as video_path gives it and resolved; `rows` take the
+        frames at the times `wanted` (seconds, one per row), each within
+        VIDEO_TOLERANCE_S."""
+        self.folder, self.name, self.shape = folder, name, shape
+        self.relative, self.path = file
+        self.times, inverse = np.unique(wanted, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        self.rows_at = np.split(rows[order], np.cumsum(np.bincount(inverse))[:-1])
+        self.found = np.zeros(len(self.times), dtype=bool)
+        self.nearest = np.full(len(self.times), np.inf)  # the nearest decoded frame's time
+
+    def decode_into(self, frames: np.ndarray, pixels: _VideoPixels, av: Any) -> None:
+        """Fill the rows' frames in `frames`."""
+        local_only = {"protocol_whitelist": "file"}
+        try:
+            with av.open(str(self.path), format="mp4", container_options=local_only) as container:
+                stream = container.streams.video[0]
+                if stream.codec_context.width and stream.codec_context.height:
+                    self._check_size(stream.codec_context.height, stream.codec_context.width)
+                for start, end in _spans(self.times):
+                    for frame in _frames_from(container, stream, start):
+                        pixels.count(frame, self.relative)
+                        if frame.time is not None and frame.time > end + VIDEO_TOLERANCE_S:
+                            break
+                        if frame.time is not None:
+                            self._take(frame, frames)
+        except (OSError, av.FFmpegError, IndexError) as error:
+            raise DemoFileError(
+                f"{self.folder}: video feature {self.name}: {self.relative} cannot be decoded "
+                f"here as an MP4 video ({error}); its videos are opened as MP4 files only, "
+                "as LeRobot writes them; record the dataset with use_videos=False to store "
+                "pictures in the parquet instead"
+            ) from None
+
+    def _take(self, frame: Any, frames: np.ndarray) -> None:
+        """Give `frame` to the rows whose time it is; note it as the nearest so far."""
+        at = int(np.searchsorted(self.times, frame.time))
+        for index in range(max(at - 1, 0), min(at + 1, len(self.times))):
+            gap = abs(self.times[index] - frame.time)
+            if gap < abs(self.times[index] - self.nearest[index]):
+                self.nearest[index] = frame.time
+            if gap <= VIDEO_TOLERANCE_S and not self.found[index]:
+                self._check_size(frame.height, frame.width)
+                frames[self.rows_at[index]] = frame.to_ndarray(format="rgb24")
+                self.found[index] = True
+
+    def check_found(self, episode_index: np.ndarray) -> None:
+        if self.found.all():
+            return
+        index = int(np.flatnonzero(~self.found)[0])
+        episode = int(episode_index[self.rows_at[index][0]])
+        nearest = self.nearest[index]
+        near = f"the nearest is at {nearest:.4f} s" if np.isfinite(nearest) else "none near it"
         raise DemoFileError(
-            f"{folder}: video feature {name}: {path.relative_to(folder)} cannot be decoded "
-            f"here ({error}); record the dataset with use_videos=False to store pictures "
-            "in the parquet instead"
-        ) from None
-    return np.array(times), np.stack(pictures) if pictures else np.zeros((0, 1, 1, 3))
+            f"{self.folder}: {self.relative} has no frame at {self.times[index]:.4f} s "
+            f"(episode {episode}), {near}"
+        )
+
+    def _check_size(self, height: int, width: int) -> None:
+        if (height, width, 3) != self.shape:
+            raise DemoFileError(
+                f"{self.folder}: feature {self.name} frames are {[height, width, 3]}, "
+                f"{INFO_PATH} says {list(self.shape)}"
+            )
+
+
+def _spans(times: np.ndarray) -> list[tuple[float, float]]:
+    """The sorted `times` as stretches with no gap over SEEK_GAP_S: each is decoded from
+    the keyframe before its start."""
+    breaks = np.flatnonzero(np.diff(times) > SEEK_GAP_S) + 1
+    return [(float(part[0]), float(part[-1])) for part in np.split(times, breaks)]
+
+
+def _frames_from(container: Any, stream: Any, start: float) -> Iterator[Any]:
+    """The stream's frames from the keyframe at or before `start` on; from its first
+    frame where the seek lands past `start`."""
+    # At or after the first wanted frame's time, so that a keyframe there is the one found.
+    target = math.floor((start + VIDEO_TOLERANCE_S) / stream.time_base)
+    container.seek(max(target, 0), stream=stream, backward=True)
+    frames = container.decode(stream)
+    first = next(frames, None)
+    late = first is not None and first.time is not None and first.time > start + VIDEO_TOLERANCE_S
+    if late and target > 0:
+        container.seek(0, stream=stream, backward=True)
+        frames = container.decode(stream)
+        first = next(frames, None)
+    if first is not None:
+        yield first
+        yield from frames

@@ -17,7 +17,11 @@ exactly the case the time-out bootstrap is for.
 
 Actions: ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in ``[-1, 1]`` (clipped). The
 three rotation dims have no effect here; they exist so policies keep the 7-d shape of
-real arms. ``gripper > 0`` closes the gripper.
+real arms. ``gripper > 0`` closes the gripper, ``< 0`` opens it, exactly 0 keeps it.
+
+``camera``: each copy is observed as its top-down picture (``render``'s, ``[3, S, S]``
+floats in [0, 1], ``image_size`` pixels a side) instead of its state, for learning from
+pixels; the scripted operator still steers by the state (``state_observation``).
 
 ``physics_substeps``: each action is integrated in that many substeps, contact with the
 goal checked after each (an effector that passes through the goal region within one
@@ -70,11 +74,6 @@ class BuiltinReachEnv(VectorEnv):
             raise ValueError("num_envs must be at least 1")
         if physics_substeps < 1:
             raise ValueError(f"physics_substeps must be at least 1, not {physics_substeps}")
-        if camera:
-            raise ValueError(
-                "the built-in env has no camera-only observations: a VLA policy gets its "
-                "rendered view with the task's instruction (actor.model.kind: vla)"
-            )
         if suite is not None:
             raise ValueError(f"the built-in env has no suites (got suite {suite!r})")
         self.num_envs = num_envs
@@ -84,10 +83,16 @@ class BuiltinReachEnv(VectorEnv):
         self.success_radius = success_radius
         self.step_size = step_size
         self.physics_substeps = physics_substeps
-        self.obs_shape = (3 + 1 + 3 * NUM_MARKERS + self.num_tasks,)
+        self.obs_shape: tuple[int, ...] = (3 + 1 + 3 * NUM_MARKERS + self.num_tasks,)
+        if (camera or vision_language) and image_size < 8:
+            raise ValueError(f"image_size must be at least 8 pixels, not {image_size}")
+        # Camera: the top-down view `render` draws, [3, S, S] floats in [0, 1] as LIBERO's
+        # camera gives (what pixel RLPD learns from); the task shows as the ringed marker.
+        # A VLA gets that view with the instruction whatever `camera` says, as on LIBERO.
+        self.image_size = image_size if camera and not vision_language else None
+        if camera:
+            self.obs_shape = (3, image_size, image_size)
         if vision_language:
-            if image_size < 8:
-                raise ValueError(f"image_size must be at least 8 pixels, not {image_size}")
             self.vision_language = VisionLanguageSpec(
                 image_shape=(3, image_size, image_size),
                 num_images=1,
@@ -144,7 +149,10 @@ class BuiltinReachEnv(VectorEnv):
             running = ~(terminated | truncated)
             if not running.any():
                 break
-            closed = actions[:, k, 6] > 0
+            grip = actions[:, k, 6]
+            # Exactly 0 keeps the gripper as it is (a held robot's zero action, an
+            # operator who has not touched it), as SERL's arms and robosuite's do.
+            closed = torch.where(grip == 0, self._gripper_closed, grip > 0)
             self._gripper_closed = torch.where(running, closed, self._gripper_closed)
             self._elapsed += running.long()
             executed += running.long()
@@ -246,6 +254,10 @@ class BuiltinReachEnv(VectorEnv):
             proprio = torch.cat([self._effector, self._gripper_closed.float()[:, None]], dim=1)
             task_ids = torch.full((self.num_envs,), self._task_id)
             return spec.pack(images[:, None], proprio, task_ids)
+        if self.image_size is not None:
+            everyone = torch.arange(self.num_envs, device=self._effector.device)
+            frames = self._frames(everyone, self.image_size)
+            return frames.permute(0, 3, 1, 2).float().div_(255.0)
         return self._state()
 
     def state_observation(self) -> torch.Tensor:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.config.addresses import robot_base_url
 from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv
 from trainer.hardware.serl_franka import RobotLinkLost, SafetyBox, SerlFranka, SerlSettings
 from trainer.hardware.url_camera import CameraLost, UrlCamera
@@ -43,7 +44,7 @@ RECONNECT_POLL_S = 0.5
 def arm_settings(robot: dict[str, Any]) -> SerlSettings:
     """A driver's settings from a config's `env.real_robot.robots` entry."""
     box = robot["safety_box"]
-    url = robot.get("url") or f"http://{robot['robot_ip']}:{robot['port']}/"
+    url = robot.get("url") or robot_base_url(robot["robot_ip"], robot["port"])
     return SerlSettings(
         url=url,
         safety_box=SafetyBox(
@@ -267,6 +268,12 @@ class RobotConsoleView:
             self.driver.stop()
         except RobotLinkLost:
             pass  # nothing can be sent; the server's controller holds its last target
+
+    def gripper_closed(self) -> bool | None:
+        return self.driver.gripper_closed()
+
+    def gripper_action(self, closed: bool) -> float:
+        return self.driver.gripper_action(closed)
 
     def close(self) -> None:
         """The env closes the arm."""

@@ -11,8 +11,11 @@ one place, whichever transport delivers the operator's messages.
   is never applied (the copy gets a zero action instead).
 - An action is `action_dim` finite numbers, clamped to [-1, 1] (`operator_action`, the
   one place that decides it: the env and a robot's driver get the same action).
+- Taking over never moves the gripper: it stays as it is (a 0 component) until the
+  operator's own gripper command changes (`_own_gripper`).
 - E-stop holds the copy with zero actions until it is cleared explicitly (`clear_stop`),
-  whoever held it.
+  whoever held it; only the operator who pressed it, or an admin (the control plane
+  says so with `override`), may clear it. Both are recorded for the audit.
 - Every takeover is recorded (who, copy, start, end, steps, why it ended).
 - An operator may end a copy's episode as a success or a failure (`mark`): the env step
   after it says so (success is terminal with reward 1, failure a truncation).
@@ -110,6 +113,18 @@ class Takeover:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class StopRecord:
+    """An e-stop pressed or cleared, for the audit."""
+
+    copy: int
+    action: Literal["pressed", "cleared"]
+    operator: str
+    at: float
+    stopped_by: str | None = None  # cleared: who had pressed it
+    override: bool = False  # cleared by an admin, not by who pressed it
+
+
 @dataclass
 class _Copy:
     mode: str = POLICY
@@ -120,6 +135,10 @@ class _Copy:
     takeover: Takeover | None = None
     estopped_by: str | None = None
     zero_next: bool = False  # the operator was lost: the next step is a zero action
+    # The takeover's first gripper command (its sign): where the operator's console
+    # started, not a command of theirs; the gripper moves once they change it.
+    grip_from: float | None = None
+    grip_moved: bool = False
     outcome: bool | None = None  # an operator's mark, applied on the next step
     command_id: str | None = None  # the command to report as applied (see `on_applied`)
     episode: int = 0
@@ -147,11 +166,15 @@ class TeleopSource:
     # Told (from the env's thread) when a command given an id was first applied, with
     # the clock's time: the console's latency figure and bench/teleop.py.
     on_applied: Callable[[str, float], None] | None = None
+    # The action's component that drives a gripper (> 0 and < 0 its two states in the
+    # env's convention, exactly 0 keeps it); None: the env has none.
+    gripper_dim: int | None = None
 
     def __post_init__(self) -> None:
         self._copies = [_Copy() for _ in range(self.num_envs)]
         self._lock = threading.Lock()
         self.takeovers: list[Takeover] = []  # ended ones, oldest first
+        self.stops: list[StopRecord] = []  # e-stops pressed and cleared, oldest first
         self._last_act = 0.0
         self._policy_actions: torch.Tensor | None = None  # the policy's last [N, dim]
 
@@ -169,7 +192,7 @@ class TeleopSource:
                 return
             now = self.clock()
             state.mode, state.holder, state.heartbeat = HUMAN, operator, now
-            state.command = None
+            state.command, state.grip_from, state.grip_moved = None, None, False
             state.takeover = Takeover(copy, operator, started=now)
 
     def release(self, copy: int, operator: str) -> None:
@@ -193,9 +216,10 @@ class TeleopSource:
         command_id: str | None = None,
     ) -> list[float] | None:
         """The operator's action for the next steps (a command is a heartbeat too), as
-        `operator_action` makes it. Returns that action when it replaced the copy's
-        command, None when a newer one was already there (a late packet): what a
-        robot's driver may be sent, and nothing else. `sent_at` is in `clock`'s time."""
+        `operator_action` makes it, its gripper kept as it is until the operator changes
+        it (`_own_gripper`). Returns that action when it replaced the copy's command,
+        None when a newer one was already there (a late packet): what a robot's driver
+        may be sent, and nothing else. `sent_at` is in `clock`'s time."""
         values = operator_action(action, self.action_dim)
         with self._lock:
             state = self._copy(copy)
@@ -203,6 +227,7 @@ class TeleopSource:
             state.heartbeat = self.clock()
             if sent_at < state.sent_at:  # a late packet never replaces a newer command
                 return None
+            self._own_gripper(state, values)
             state.command, state.sent_at = values, sent_at
             state.command_id = command_id
         return values.tolist()
@@ -234,15 +259,29 @@ class TeleopSource:
             state = self._copy(copy)
             if state.mode == HUMAN:
                 self._end(state, f"e-stop by {operator}")
-            state.mode, state.estopped_by, state.holder = ESTOPPED, operator, None
+            if state.mode != ESTOPPED:  # pressed again: the first one's operator clears it
+                state.estopped_by = operator
+                self.stops.append(StopRecord(copy, "pressed", operator, self.clock()))
+            state.mode, state.holder = ESTOPPED, None
 
-    def clear_stop(self, copy: int, operator: str) -> None:
+    def clear_stop(self, copy: int, operator: str, *, override: bool = False) -> None:
         """Give an e-stopped copy, or one held still after its link was lost, back to
-        the policy."""
+        the policy. An e-stop is cleared by the operator who pressed it, or with
+        `override` (an admin, as the control plane decides)."""
         with self._lock:
             state = self._copy(copy)
             if state.mode not in (ESTOPPED, STOPPED):
                 raise TeleopRefused(f"copy {copy} is not stopped ({state.mode})")
+            stopped_by = state.estopped_by
+            if state.mode == ESTOPPED:
+                if stopped_by != operator and not override:
+                    raise TeleopRefused(
+                        f"copy {copy} was e-stopped by {stopped_by}: only they or an admin "
+                        "may clear it"
+                    )
+                overridden = stopped_by != operator
+                self.stops.append(StopRecord(copy, "cleared", operator, self.clock(),
+                                             stopped_by, overridden))  # fmt: skip
             state.mode, state.estopped_by = POLICY, None
 
     def end_all(self, reason: str) -> None:
@@ -360,6 +399,21 @@ class TeleopSource:
         if state.mode != HUMAN or state.holder != operator:
             holder = f"held by {state.holder}" if state.holder else state.mode
             raise TeleopRefused(f"{operator} does not hold copy {copy} ({holder})")
+
+    def _own_gripper(self, state: _Copy, values: torch.Tensor) -> None:
+        """Taking over never moves the gripper: a takeover starts from where it is, and
+        only the operator's own change of their gripper command moves it. Their console
+        sends its gripper with every command (0 until they touch it); the first is where
+        it started (it may not know what the robot holds), so until a later command
+        differs from it the gripper's component is 0, which keeps it (the lock is held)."""
+        if self.gripper_dim is None:
+            return
+        sign = float(torch.sign(values[self.gripper_dim]))
+        if state.grip_from is None:
+            state.grip_from = sign
+        state.grip_moved |= sign != state.grip_from
+        if not state.grip_moved:
+            values[self.gripper_dim] = 0.0
 
     def _expire_heartbeats(self, now: float) -> None:
         """The deadman: end each takeover whose heartbeats stopped (the lock is held)."""

@@ -12,14 +12,22 @@ gripper (`action_scale[2]`: at or below -0.5 closes an open gripper, at or above
 opens a closed one). The next pose is the measured pose moved by the action, clipped to
 the safety box, and sent once per control period (`control_hz`).
 
-Every request has a deadline (`timeout_s`). A server that does not answer in time, or
-refuses, is a lost link: the driver raises `RobotLinkLost` naming the endpoint, and
-sends nothing more until `connect` reaches the server again, so a silent server can
-never hang a step, and a stale target is never sent after a gap.
+Every request has a deadline (`timeout_s`, and as long again for the answer's body). A
+server that does not answer in time, or refuses, is a lost link: the driver raises
+`RobotLinkLost` naming the server's host and the endpoint, and sends nothing more until
+`connect` reaches the server again, so a silent server can never hang a step, and a
+stale target is never sent after a gap.
+
+The server's URL is an http(s) base the endpoints are joined onto (no query or
+fragment: trainer.config.addresses); a redirect is never followed and an answer is read
+up to `MAX_ANSWER_BYTES` (trainer.hardware.bounded_http). A port nobody listens on and
+a silent host read the same ("did not answer"), and a password in the URL is sent as
+basic auth and never written into a message.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -27,11 +35,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import requests
 from scipy.spatial.transform import Rotation
+
+from trainer.config.addresses import check_robot_url, endpoint_url, url_host
+from trainer.hardware.bounded_http import (
+    MIB,
+    NoAnswer,
+    RefusedAnswer,
+    open_session,
+    read_body,
+    send,
+)
 
 # SERL's franka_server.py listens on Flask's port, on the arm's real-time PC.
 DEFAULT_PORT = 5000
+# The most of an answer read: getstate's JSON (pose, forces, q, dq, a 6x7 jacobian) is a
+# few KiB.
+MAX_ANSWER_BYTES = MIB
 STATE_KEYS = ("pose", "vel", "force", "torque", "q", "dq", "gripper_pos")
 GRIPPER_OPEN = 0.85  # gripper_pos above this reads as open (HIL-SERL's threshold)
 
@@ -89,23 +109,28 @@ def _same_sign(pose: Sequence[float]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SerlSettings:
-    url: str  # e.g. http://172.16.0.2:5000/
+    # e.g. http://172.16.0.2:5000/; out of repr (it may hold a password), as the cameras
+    url: str = field(repr=False)
     safety_box: SafetyBox
     action_scale: tuple[float, float, float] = (0.01, 0.06, 1.0)
     control_hz: float = 10.0
     timeout_s: float = 0.5
     reset_pose: tuple[float, ...] | None = None  # xyz + quaternion; None: stay where it is
     joint_reset: bool = False  # /jointreset on every reset (slow; a Franka's home)
-    cameras: dict[str, str] = field(default_factory=dict)  # name -> MJPEG or snapshot URL
+    cameras: dict[str, str] = field(default_factory=dict, repr=False)  # name -> its URL
 
 
 class SerlFranka:
     """One arm behind a SERL robot server."""
 
     def __init__(self, name: str, settings: SerlSettings) -> None:
+        try:
+            check_robot_url(settings.url)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
         self.name, self.settings = name, settings
-        self.url = settings.url if settings.url.endswith("/") else settings.url + "/"
-        self.session = requests.Session()
+        self.session, self.url = open_session(settings.url)  # the URL without a password
+        self.host = url_host(self.url)  # what messages name
         self.state: dict[str, Any] = {}
         self.lost: str | None = "not connected"
         self.last_action: list[float] = []
@@ -114,33 +139,45 @@ class SerlFranka:
         self._lock = threading.Lock()
 
     # ----- the server's endpoints --------------------------------------------------
-    def _post(self, endpoint: str, payload: dict | None = None) -> requests.Response:
+    def _post(self, endpoint: str, payload: dict | None = None) -> bytes:
+        """The body of the server's answer to `endpoint`."""
         if self.lost is not None and endpoint != "getstate":
             raise RobotLinkLost(f"{self.name}: link lost ({self.lost}); connect() first")
+        timeout_s = self.settings.timeout_s
         try:
             with self._lock:
-                response = self.session.post(
-                    self.url + endpoint, json=payload, timeout=self.settings.timeout_s
+                response = send(
+                    self.session, "POST", endpoint_url(self.url, endpoint), timeout_s, json=payload
                 )
-            response.raise_for_status()
-        except requests.RequestException as error:
-            self.lost = f"{endpoint}: {type(error).__name__}"
+                return read_body(response, MAX_ANSWER_BYTES, timeout_s)
+        except NoAnswer:
+            self.lost = f"{endpoint}: no answer"
             raise RobotLinkLost(
-                f"{self.name}: {self.url}{endpoint} did not answer within "
-                f"{self.settings.timeout_s} s ({type(error).__name__})"
-            ) from error
-        return response
+                f"{self.name}: the robot server at {self.host} did not answer {endpoint} "
+                f"within {timeout_s} s"
+            ) from None
+        except RefusedAnswer as error:
+            self.lost = f"{endpoint}: {error}"
+            raise RobotLinkLost(
+                f"{self.name}: the robot server at {self.host} answered {endpoint} with {error}"
+            ) from None
 
     def _read(self) -> dict[str, Any]:
+        body = self._post("getstate")
         try:
-            state = self._post("getstate").json()
+            state = json.loads(body)
             pose = np.asarray(state["pose"], dtype=np.float64)
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, RecursionError) as error:
             self.lost = "getstate: not SERL's state"
-            raise RobotLinkLost(f"{self.name}: {self.url}getstate answered {error!r}") from error
+            raise RobotLinkLost(
+                f"{self.name}: the robot server at {self.host} answered getstate with no SERL "
+                f"state ({type(error).__name__})"
+            ) from None
         if pose.shape != (7,) or not np.isfinite(pose).all():
             self.lost = "getstate: bad pose"
-            raise RobotLinkLost(f"{self.name}: getstate's pose is {state['pose']!r}")
+            raise RobotLinkLost(
+                f"{self.name}: getstate's pose is not 7 finite numbers (shape {pose.shape})"
+            )
         self.state = state
         return state
 
@@ -206,6 +243,15 @@ class SerlFranka:
         nothing to send; the server's controller holds its last target."""
         if self.lost is None:
             self._send_pose(np.asarray(self._read()["pose"], dtype=np.float64))
+
+    def gripper_closed(self) -> bool | None:
+        """As HIL-SERL reads it: closed at or below `GRIPPER_OPEN` (None: not read yet)."""
+        position = self.state.get("gripper_pos")
+        return None if position is None else float(np.ravel(position)[0]) <= GRIPPER_OPEN
+
+    def gripper_action(self, closed: bool) -> float:
+        """HIL-SERL's: at or below -0.5 closes, at or above 0.5 opens, 0 keeps."""
+        return -1.0 if closed else 1.0
 
     def reset(self) -> None:
         """Clear the arm's errors, home its joints if configured, go to the reset pose

@@ -58,6 +58,10 @@ class Teleop(_Strict):
     clock: ClockName | None = None
     id: CommandId | None = None  # echoed in the reply and in `applied`
     camera: Name | None = None  # watch / take_over: the camera the console shows
+    # clear_stop: set by the web server when the operator is an admin (the access
+    # table's `console-clear-any-stop`), who may clear another operator's e-stop; the
+    # browser's claim is never taken.
+    override: bool = False
 
 
 class Segment(_Strict):
@@ -78,6 +82,9 @@ class RobotState(_Strict):
     policy_action: list[float] = Field(max_length=MAX_ACTION_DIM)
     last_success: bool | None = None
     state: dict[str, list[float]] = Field(default_factory=dict, max_length=16)
+    # The gripper as measured (None: no gripper, or not known): where a console's
+    # gripper starts when it takes the robot over.
+    gripper_closed: bool | None = None
     cameras: list[Name] = Field(default_factory=list, max_length=16)  # what the robot offers
     # The current episode as segments of steps, oldest first.
     timeline: list[Segment] = Field(default_factory=list, max_length=200)

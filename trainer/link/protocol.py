@@ -37,11 +37,11 @@ log = logging.getLogger(__name__)
 PROTOCOL_VERSION = 1
 EVENT_KINDS = (
     "started", "placed", "model", "iteration", "checkpoint", "recovered", "evaluated",
-    "stopped", "finished", "failed", "takeover",
+    "stopped", "finished", "failed", "takeover", "estop",
 )  # fmt: skip
 EventKind = Literal[
     "started", "placed", "model", "iteration", "checkpoint", "recovered", "evaluated",
-    "stopped", "finished", "failed", "takeover",
+    "stopped", "finished", "failed", "takeover", "estop",
 ]  # fmt: skip
 
 MAX_VALUES_PER_MESSAGE = 1000
@@ -209,6 +209,8 @@ class Event(_Message):
             _check(EvalTableData, self.data, "data")
         if self.kind == "takeover":
             _check(TakeoverData, self.data, "data")
+        if self.kind == "estop":
+            _check(EstopData, self.data, "data")
         if self.kind != "finished":
             return self
         summary = self.data.get("summary")
@@ -323,6 +325,18 @@ class TakeoverData(_Strict):
         if self.ended < self.started:
             raise ValueError("ended must not be before started")
         return self
+
+
+class EstopData(_Strict):
+    """An `estop` event's data: an e-stop pressed or cleared, for the audit."""
+
+    action: Literal["pressed", "cleared"]
+    operator: str = Field(min_length=1, max_length=150)
+    robot: Count
+    robot_name: str = Field(max_length=150)
+    at: WallTime  # time.time() on the trainer
+    stopped_by: str | None = Field(None, max_length=150)  # cleared: who had pressed it
+    override: bool = False  # cleared by an admin, not by who pressed it
 
 
 _SUMMARY = TypeAdapter(

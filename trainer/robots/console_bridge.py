@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.envs.teleop import TeleopRefused, TeleopSource
+from trainer.envs.teleop import TeleopRefused, TeleopSource, operator_action
 from trainer.link.console_messages import (
     Applied,
     Console,
@@ -86,6 +86,7 @@ class ConsoleBridge:
         self.camera_period, self.jpeg_quality = 1.0 / camera_fps, jpeg_quality
         self._frames_due = 0.0  # time.monotonic of the next frames
         self._audited = 0  # takeovers already sent as events
+        self._stops_audited = 0  # e-stops pressed and cleared already sent as events
         self.server_clock = ServerClock()
         for robot in self.robots:
             robot.connect()
@@ -153,18 +154,30 @@ class ConsoleBridge:
                 raise TeleopRefused("a command needs an action")
             if sent_at is None:
                 raise TeleopRefused("a command needs the server's sent_at")
-            action = self.source.command(robot, operator, message.action, sent_at, message.id)
+            wanted = self._env_gripper(robot, message.action)
+            action = self.source.command(robot, operator, wanted, sent_at, message.id)
             if action is not None:  # the validated, clamped action; None: superseded
                 self.robots[robot].send_action(action)
         elif op == "estop":
             self.source.estop(robot, operator)
             self.robots[robot].stop()
         elif op == "clear_stop":
-            self.source.clear_stop(robot, operator)
+            self.source.clear_stop(robot, operator, override=message.override)
         elif op == "mark":
             if message.success is None:
                 raise TeleopRefused("a mark needs success: true or false")
             self.source.mark(robot, operator, message.success)
+
+    def _env_gripper(self, robot: int, action: list[float]) -> list[float]:
+        """`action` with its gripper in the robot's env's convention: a console sends
+        the gripper's wanted state (> 0 closed, < 0 open, 0 as it is), which the robot's
+        driver turns into its own command (SERL's arms close at -1). Checked first
+        (`operator_action`), so a refused action stays refused."""
+        gripper = self.source.gripper_dim
+        values = operator_action(action, self.source.action_dim).tolist()
+        if gripper is not None and values[gripper] != 0:
+            values[gripper] = self.robots[robot].gripper_action(values[gripper] > 0)
+        return values
 
     def _mine(self, robot: int) -> bool:
         """Whether this process answers for `robot` (numbered across the run): its own,
@@ -235,6 +248,7 @@ class ConsoleBridge:
                 policy_action=status.policy_action,
                 last_success=status.last_success,
                 state=self.robots[status.copy].read_state(),
+                gripper_closed=self.robots[status.copy].gripper_closed(),
                 cameras=self.robots[status.copy].camera_names()[:16],
                 timeline=[Segment(who=who, steps=steps) for who, steps in status.timeline],
             )  # fmt: skip
@@ -269,7 +283,8 @@ class ConsoleBridge:
         return frames
 
     def _audit(self) -> None:
-        """Each takeover that ended since the last call, as a stored event."""
+        """Each takeover that ended, and each e-stop pressed or cleared, since the last
+        call, as a stored event."""
         finished = self.source.takeovers[self._audited :]
         self._audited += len(finished)
         for takeover in finished:
@@ -285,6 +300,15 @@ class ConsoleBridge:
                     "reason": takeover.reason or "",
                 },
             )  # fmt: skip
+        stops = self.source.stops[self._stops_audited :]
+        self._stops_audited += len(stops)
+        for stop in stops:
+            self.audit("estop", {
+                "action": stop.action, "operator": stop.operator,
+                "robot": self.first_robot + stop.copy, "robot_name": self.robots[stop.copy].name,
+                "at": self._wall(stop.at), "stopped_by": stop.stopped_by,
+                "override": stop.override,
+            })  # fmt: skip
 
     def close(self) -> None:
         """Stop publishing; takeovers still held are ended ("run ended") and audited."""

@@ -53,6 +53,15 @@ class RobotDriver(Protocol):
         """Hold still until the next action (e-stop, link loss with `stop`)."""
         ...
 
+    def gripper_closed(self) -> bool | None:
+        """Whether the gripper is closed, as measured (None: it has none, or unknown)."""
+        ...
+
+    def gripper_action(self, closed: bool) -> float:
+        """The action's last component that closes (or opens) the gripper, in this
+        robot's env's convention; 0 keeps it as it is, in every env."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -99,6 +108,15 @@ class SimulatedRobot:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def gripper_closed(self) -> bool | None:
+        copy_state = getattr(self.env, "copy_state", None)
+        gripper = (copy_state(self.copy) if copy_state is not None else {}).get("gripper")
+        return bool(gripper[0] > 0.5) if gripper else None
+
+    def gripper_action(self, closed: bool) -> float:
+        """The built-in env and LIBERO (robosuite): > 0 closes, < 0 opens."""
+        return 1.0 if closed else -1.0
 
     def close(self) -> None:
         """Nothing to release."""

@@ -41,9 +41,19 @@ def with_interventions(
             raise ConfigError.single(
                 "env.interventions.source", "the scripted operator drives the built-in env only"
             )
+        # It steers by the state: where the env observes something else (pictures),
+        # it reads the state from the env itself.
+        state = getattr(env, "state_observation", None)
+        if state is None and (len(env.obs_shape) != 1 or env.vision_language is not None):
+            env.close()
+            raise ConfigError.single(
+                "env.interventions.source",
+                "the scripted operator steers by the built-in env's state, which env "
+                "worker processes (env.num_workers) do not pass on beside images",
+            )
         operator = ScriptedReachOperator(
             env.num_envs, share=interventions.share, max_steps=interventions.max_steps,
-            seed=config.runner.seed,
+            seed=config.runner.seed, state=state,
         )  # fmt: skip
         return InterventionEnv(env, operator)
     if interventions.source == "console":
@@ -55,10 +65,13 @@ def _console_env(
     env: VectorEnv, settings: InterventionConfig, link: Link, place: RobotSlice | None
 ) -> InterventionEnv:
     # On its default clock, time.monotonic: the bridge turns the server's stamps into it.
+    # Every env the console drives (the built-in env, LIBERO, SERL's arms) takes an
+    # end-effector delta and its gripper last.
     source = TeleopSource(
         env.num_envs, env.action_dim,
         TeleopSettings(settings.deadman_s, settings.command_window_s, settings.on_link_loss,
                        settings.control_hz, settings.real_time),
+        gripper_dim=env.action_dim - 1,
     )  # fmt: skip
     drivers = getattr(env, "drivers", None)  # real arms (trainer.envs.real_robot)
     if drivers is not None:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from trainer.algorithms.collective import Collective
+from trainer.config.addresses import redact_urls_in
 from trainer.config.loading import dump_config
 from trainer.config.schema import ExperimentConfig
 from trainer.runner.checkpoints import (
@@ -117,7 +118,8 @@ class TrainingLoop(ABC):
         tensorboard = None
         if writes:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.yaml").write_text(dump_config(self.config))
+            # The run's files are shown to every viewer: no password of a camera's URL.
+            (self.output_dir / "config.yaml").write_text(redact_urls_in(dump_config(self.config)))
             self.metrics_log.truncate_after(self.iteration)
             tensorboard = TensorBoardLog.open(self.output_dir, resume_from=self.iteration)
         try:

@@ -9,6 +9,41 @@ function setLive(socketElt, on) {
 document.addEventListener("htmx:wsOpen", (e) => setLive(e.target, true));
 document.addEventListener("htmx:wsClose", (e) => setLive(e.target, false));
 
+// A page's sockets end with the page. Leaving it by an htmx swap (a boosted link) keeps
+// the document: the ws extension closes the socket of each element swapped out, but a
+// reconnect it had already timed (after the server dropped the socket) still opens a new
+// one for the element that left, which nothing would close. That one closes as it opens,
+// before the page's own listeners on the element (run_page.js) take it for their page.
+document.addEventListener("htmx:beforeCleanupElement", (e) => {
+  const left = e.target;
+  if (!left.hasAttribute?.("ws-connect")) return;
+  left.addEventListener("htmx:wsOpen", (opened) => {
+    opened.stopImmediatePropagation();
+    opened.detail.event.target.close();
+  }, { capture: true });
+});
+
+// What a socket pushes is swapped by element id (every element of a message is taken
+// as out of band). An element this page does not have (the page it was meant for is no
+// longer shown) is dropped before that swap, which would log htmx:oobErrorNoTarget.
+// As an htmx extension named on <body> (base.html), so every socket has it, after the
+// socket element's own (live-runs first gives a new row its place). Responses to
+// requests (with an xhr) are left as they are: a whole page holds elements of its own.
+htmx.defineExtension("shown-targets", {
+  transformResponse(text, xhr) {
+    if (xhr || typeof text !== "string" || text[0] !== "<") return text;
+    const incoming = document.createElement("template");
+    incoming.innerHTML = text;
+    const strays = [...incoming.content.children].filter((element) => {
+      const how = element.getAttribute("hx-swap-oob") || "true";
+      return !how.includes(":") && !(element.id && document.getElementById(element.id));
+    });
+    if (!strays.length) return text;
+    strays.forEach((element) => element.remove());
+    return incoming.innerHTML;
+  },
+});
+
 // A socket's JSON frames (a run's metrics and progress) are for a page script that
 // takes them first (run_page.js); on a page without one, htmx would parse them as HTML
 // to swap. Fragments always start with "<".

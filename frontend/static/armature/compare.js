@@ -92,9 +92,15 @@
     redraw();
   }
 
+  // Every key any of the runs logged, a line per run.
+  const allMetrics = new ArmatureMetricBrowser.MetricBrowser(
+    document.getElementById("all-metrics"), runs.map((run) => ({ run: run.run, label: run.label })), view);
+  window.addEventListener("resize", throttled(() => allMetrics.resize(), 200));
+
   ArmatureCharts.bindControls(document.getElementById("chart-controls"), view, (what) => {
-    if (what === "x") load(); else redraw();
+    if (what === "x") { load(); allMetrics.setX(); } else { redraw(); allMetrics.render(); }
   });
   window.armatureCompare = { stores: () => stores, view }; // for the browser tests
   load();
+  allMetrics.load();
 })();

@@ -38,13 +38,22 @@
   const STALE_MS = 3000;
   let controlHz = 20;
   let lastStateAt = 0;
+  // The gripper as this page shows it: the robot's measured state until the operator
+  // toggles it while holding the robot; only then does a command carry it (+1 closed,
+  // -1 open), and before that 0, which keeps it as it is: taking over never moves it.
   let gripperClosed = false;
+  let gripperTouched = false;
   let padButtonDown = false;
   let commandSeq = 0;
   const sentAt = new Map(); // command id → performance.now() when sent
   const pressed = new Set();
   let frames = 0;
   let loop = null;
+  // Left (the page replaced by another, boosted navigation included): the socket closes
+  // and stays closed, and the keys no longer drive anything.
+  let left = false;
+  const listening = new AbortController();
+  const { signal } = listening;
 
   function loadKeys() {
     try {
@@ -86,7 +95,8 @@
     return Number($("scale").value);
   }
 
-  // The operator's action: 6-DoF end-effector deltas in [-1, 1] and the gripper (+1 closed).
+  // The operator's action: 6-DoF end-effector deltas in [-1, 1] and the gripper (+1
+  // closed, -1 open, 0 as it is).
   function action() {
     const values = MOTIONS.map((motion) => {
       const [minus, plus] = keys[motion];
@@ -101,7 +111,7 @@
       values[5] += dead(pad.axes[2] || 0);
     }
     const scaled = values.map((v) => Math.max(-1, Math.min(1, v)) * scale());
-    return [...scaled, gripperClosed ? 1 : -1];
+    return [...scaled, gripperTouched ? (gripperClosed ? 1 : -1) : 0];
   }
 
   function gamepad() {
@@ -109,7 +119,7 @@
     const pad = [...pads].find((p) => p && p.connected);
     $("gamepad").textContent = pad ? `gamepad: ${pad.id}` : "no gamepad";
     const down = Boolean(pad && pad.buttons[0] && pad.buttons[0].pressed);
-    if (down && !padButtonDown) setGripper(!gripperClosed); // on the press, not while held
+    if (down && !padButtonDown) toggleGripper(); // on the press, not while held
     padButtonDown = down;
     return pad || null;
   }
@@ -117,6 +127,12 @@
   function setGripper(closed) {
     gripperClosed = closed;
     $("gripper").textContent = closed ? "closed" : "open";
+  }
+
+  function toggleGripper() {
+    if (!holding()) return;
+    gripperTouched = true;
+    setGripper(!gripperClosed);
   }
 
   function robot() {
@@ -230,6 +246,8 @@
   function renderRobot() {
     const r = robot();
     if (!r) return;
+    if (!holding()) gripperTouched = false; // the next takeover starts from the robot's
+    if (!gripperTouched && typeof r.gripper_closed === "boolean") setGripper(r.gripper_closed);
     $("mode").textContent = r.mode;
     $("holder").textContent = r.holder || "—";
     $("episode").textContent = r.episode;
@@ -298,11 +316,24 @@
   }
 
   function connect() {
+    if (left) return;
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     socket = new WebSocket(`${scheme}://${location.host}/ws/console/${runId}/`);
     socket.addEventListener("open", watch);
     socket.addEventListener("message", onMessage);
     socket.addEventListener("close", () => setTimeout(connect, 1000));
+  }
+
+  // What the page holds ends with it: the server lets go of the robots this socket
+  // held as it closes.
+  function leave() {
+    if (left) return;
+    left = true;
+    listening.abort();
+    clearInterval(loop);
+    clearInterval(ticker);
+    pressed.clear();
+    if (socket) socket.close();
   }
 
   function showLinkState() {
@@ -317,6 +348,9 @@
     frames = 0;
   }
 
+  document.addEventListener("htmx:beforeCleanupElement", (event) => {
+    if (event.target === root || event.target.contains(root)) leave();
+  }, { signal });
   document.addEventListener("keydown", (event) => {
     if (event.target instanceof HTMLInputElement) return;
     const key = event.key.toLowerCase();
@@ -327,7 +361,7 @@
         return;
       }
       if (key === GRIPPER_KEY) {
-        setGripper(!gripperClosed);
+        toggleGripper();
         return;
       }
     }
@@ -335,9 +369,9 @@
       event.preventDefault();
       pressed.add(key);
     }
-  });
-  document.addEventListener("keyup", (event) => pressed.delete(event.key.toLowerCase()));
-  window.addEventListener("blur", () => pressed.clear());
+  }, { signal });
+  document.addEventListener("keyup", (event) => pressed.delete(event.key.toLowerCase()), { signal });
+  window.addEventListener("blur", () => pressed.clear(), { signal });
   root.querySelectorAll("button[data-op]").forEach((button) =>
     button.addEventListener("click", () => press(button.dataset.op))
   );
@@ -352,7 +386,8 @@
   renderKeyMap();
   connect();
   restartLoop();
-  setInterval(() => {
+  const ticker = setInterval(() => {
+    if (!root.isConnected) return leave(); // taken off the page by any means
     send({ op: "ping", t: performance.now() });
     watch();
     showLinkState();

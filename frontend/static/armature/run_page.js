@@ -27,9 +27,11 @@
     "charts/update_rate", "charts/env_steps",
     "device/*",
   ] : [
-    SUCCESS, "rollout/plan_success_rate_h*", "rollout/episode_return",
-    "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl",
-    "losses/clip_fraction", "charts/SPS", "charts/iteration_seconds",
+    SUCCESS, "rollout/plan_success_rate_h*", "rollout/episode_return", "bc/*",
+    "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl*",
+    "losses/clip_fraction*", "losses/kl_reference", "losses/abs_log_ratio_token",
+    "policy/entropy_dim*", "rollout/informative_group_share", "charts/SPS",
+    "charts/iteration_seconds",
     "charts/learning_rate", "charts/env_steps",
     ...(context.interventions !== "none"
       ? ["interventions/rate", "interventions/held_steps", "rollout/unassisted_success_rate"] : []),
@@ -48,6 +50,18 @@
     return [...found].sort((a, b) => a - b);
   }
   const line = (key, label, i, extra = {}) => ({ store, key, label, color: PALETTE[i % PALETTE.length], dash: [], ...extra });
+  // Lines of metrics only some runs report (a per-token ratio's, a KL anchor's): drawn
+  // once the run has them.
+  const reported = (...lines) => lines.filter((l) => store.keys.has(l.key));
+  const ENTROPY_DIM_KEY = /^policy\/entropy_dim(\d+)$/;
+  function entropyDims() {
+    const dims = [];
+    for (const key of store.keys.keys()) {
+      const m = ENTROPY_DIM_KEY.exec(key);
+      if (m) dims.push(Number(m[1]));
+    }
+    return dims.sort((a, b) => a - b);
+  }
   const SPECS = [
     { name: "success_horizon", title: "Success rate per planning horizon", yRange: [0, 1],
       linesFor: () => horizons().map((h, i) => line(`rollout/plan_success_rate_h${h}`, `h${h}`, i)) },
@@ -56,11 +70,30 @@
       ...(context.interventions !== "none"
         ? [line("rollout/unassisted_success_rate", "without intervention", 1)] : [])] },
     { name: "return", title: "Episode return", linesFor: () => [line("rollout/episode_return", "return", 2)] },
+    // An SFT (behaviour cloning) run's loss: the demos' token cross-entropy.
+    { name: "bc_loss", title: "Behaviour cloning loss", linesFor: () => [
+      line("bc/loss", "loss", 0), line("bc/nll_per_action_dim", "NLL per action dim", 1, { scale: "value" })] },
     { name: "loss", title: "Policy and value loss", linesFor: () => [
       line("losses/policy_loss", "policy loss", 0), line("losses/value_loss", "value loss", 1, { scale: "value" })] },
     { name: "entropy", title: "Entropy", linesFor: () => [line("losses/entropy", "entropy", 4)] },
-    { name: "kl", title: "Approximate KL", linesFor: () => [line("losses/approx_kl", "KL", 3)] },
-    { name: "clip", title: "Clip fraction", linesFor: () => [line("losses/clip_fraction", "clip fraction", 6)] },
+    // `KL` is what target_kl reads: per token with the per-token ratio, else per chunk.
+    { name: "kl", title: "Approximate KL", linesFor: () => [line("losses/approx_kl", "KL", 3),
+      ...reported(line("losses/approx_kl_token", "per token", 0),
+        line("losses/approx_kl_chunk", "per chunk", 1),
+        line("losses/kl_reference", "to the start policy", 4))] },
+    { name: "clip", title: "Clip fraction", linesFor: () => [
+      line("losses/clip_fraction", "clip fraction", 6),
+      ...reported(line("losses/clip_fraction_low", "below 1 - low", 0),
+        line("losses/clip_fraction_high", "above 1 + high", 1))] },
+    { name: "log_ratio", title: "Mean |log-ratio| per token",
+      shown: () => store.keys.has("losses/abs_log_ratio_token"),
+      linesFor: () => reported(line("losses/abs_log_ratio_token", "|log r| per token", 2)) },
+    { name: "entropy_dims", title: "Token entropy per action dim (nats)",
+      shown: () => entropyDims().length > 0,
+      linesFor: () => entropyDims().map((d, i) => line(`policy/entropy_dim${d}`, `dim ${d}`, i)) },
+    { name: "informative_groups", title: "Informative groups (outcomes differ) / all groups",
+      yRange: [0, 1], shown: () => store.keys.has("rollout/informative_group_share"),
+      linesFor: () => reported(line("rollout/informative_group_share", "informative share", 5)) },
     { name: "throughput", title: "Throughput", linesFor: () => [
       line("charts/SPS", "env steps/s", 5), line("charts/iteration_seconds", "iteration s", 7, { scale: "seconds" })] },
     { name: "learning_rate", title: "Learning rate", linesFor: () => [line("charts/learning_rate", "learning rate", 8)] },
@@ -143,18 +176,28 @@
     chart.box = box;
     return chart;
   });
+  // A panel is drawn once the run logged one of its keys: an SFT run shows no PPO
+  // losses, a run on the CPU no GPU memory. "All metrics" below charts every key.
+  const hasData = (spec) => spec.linesFor().some((l) => l.store.keys.has(l.key));
   const redraw = throttled(() => {
+    let any = false;
     for (const chart of charts) {
-      const shown = !chart.spec.shown || chart.spec.shown();
+      const shown = chart.spec.shown ? chart.spec.shown() : hasData(chart.spec);
       const appears = shown && chart.box.hidden;
       chart.box.hidden = !shown;
+      any ||= shown;
       chart.render();
       if (appears) chart.resize(); // it was drawn while hidden, at no width
     }
+    const empty = document.getElementById("charts-empty"); // gone once the page is left
+    if (empty) empty.hidden = any;
     updateSummary();
   }, 25);
+  const allMetrics = new ArmatureMetricBrowser.MetricBrowser(
+    document.getElementById("all-metrics"), [{ run: context.run, label: context.label }], view);
   window.addEventListener("resize", throttled(() => {
     charts.forEach((c) => c.resize());
+    allMetrics.resize();
     if (taskData) drawHeatmap();
   }, 200));
 
@@ -228,6 +271,7 @@
       return;
     }
     store.addPush(message);
+    allMetrics.addPush(message);
     if (Object.keys(message.values).some((k) => TASK_KEY.test(k))) refreshTasks();
     redraw();
   }
@@ -244,7 +288,9 @@
     event.preventDefault();
     onFrame(JSON.parse(text));
   });
-  socketElement.addEventListener("htmx:wsOpen", () => { requestSync(); syncEpisodes(); refreshTasks(); });
+  socketElement.addEventListener("htmx:wsOpen", () => {
+    requestSync(); syncEpisodes(); refreshTasks(); allMetrics.load();
+  });
   socketElement.addEventListener("htmx:wsAfterMessage", () => updateSummary());
 
   ArmatureCharts.bindControls(document.getElementById("chart-controls"), view, (what) => {
@@ -252,8 +298,10 @@
       store = new RunSeries(context.run, PATTERNS, view.xMode);
       buffered = [];
       requestSync();
+      allMetrics.setX();
     }
     redraw();
+    allMetrics.render();
   });
 
   // ----- summary strip -----------------------------------------------------------------
@@ -280,7 +328,8 @@
     set("state", h.state || context.state);
     set("elapsed", formatDuration(elapsed));
     set("iteration", total ? `${step} / ${total}` : String(step || "—"));
-    set("success", success == null ? "—" : formatNumber(success));
+    // Two decimals, as Home, the runs list and the run's header show it.
+    if (success != null) set("success", success.toFixed(2));
     set("env-steps", envSteps == null ? "—" : Math.round(envSteps).toLocaleString("en"));
     set("eta", eta);
   }
@@ -465,6 +514,7 @@
   // ----- start ---------------------------------------------------------------------------
   window.armatureRun = { store: () => store, view }; // for the browser tests
   requestSync();
+  allMetrics.load();
   syncEpisodes();
   refreshTasks();
   loadLatest();

@@ -113,7 +113,7 @@ def outcome(state: str | None, gates: list[str], status: str, exit_code: int) ->
     if state:
         run = {"id": 42, "state": state, "exit_reason": "boom" if state == "failed" else "",
                "progress_step": 3, "progress_total": 3, "summary": SUMMARY,
-               "ray_job_id": "raysubmit_1"}  # fmt: skip
+               "ray_job_id": "raysubmit_1", "latest_success": 0.875}  # fmt: skip
     summary = SUMMARY if state else {}
     return Outcome(
         url="http://cp:8000", experiment="builtin-ppo", exit_code=exit_code, status=status,
@@ -133,6 +133,7 @@ def test_the_json_summary_says_everything_a_ci_job_needs(tmp_path: Path):
     assert data["run_url"] == "http://cp:8000/runs/42/"
     assert data["state"] == "succeeded"
     assert data["metrics"] == SUMMARY
+    assert data["success"] == 0.875  # the run's success as its pages show it
     assert data["duration_s"] == 61.5
     assert data["gates"] == [{
         "expression": "success_rate>=0.9", "metric": "success_rate",

@@ -36,7 +36,11 @@ def test_it_creates_copies_and_revokes_a_token(browser, stack_factory):
     expect(page.locator("#role")).to_have_text("viewer")
 
     page.get_by_label("Name").fill("laptop")
-    page.get_by_label("Name").press("Enter")
+    page.get_by_label("Your password").fill("not-mine")
+    page.get_by_label("Your password").press("Enter")
+    expect(page.locator("#token-create")).to_contain_text("That is not your password.")
+    page.get_by_label("Your password").fill("pw-for-tests")
+    page.get_by_label("Your password").press("Enter")
     token = page.locator("#new-token").inner_text()
     assert token.startswith("arm_")
     page.get_by_role("button", name="Copy").click()

@@ -1,5 +1,7 @@
-"""The Settings page: the user's role, their API tokens, create (shown once) and revoke."""
+"""The Settings page: the user's role, their API tokens, create (with the password again,
+shown once, within the longest lifetime) and revoke; a password change ends them all."""
 
+import io
 import re
 from datetime import timedelta
 
@@ -14,12 +16,13 @@ from controlplane.api.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
+PASSWORD = "pw-ada-123"
 TOKEN = re.compile(r'<code id="new-token">(arm_[a-z0-9]+_[A-Za-z0-9]+)</code>')
 
 
 @pytest.fixture
 def user():
-    ada = get_user_model().objects.create_user("ada", password="pw-ada-123")
+    ada = get_user_model().objects.create_user("ada", password=PASSWORD)
     ada.groups.add(Group.objects.get_or_create(name="operator")[0])
     return ada
 
@@ -45,7 +48,9 @@ def test_it_shows_the_role_and_the_nav_link(browser_client):
 
 
 def test_it_creates_a_token_shown_once_that_works(browser_client, user):
-    created = browser_client.post("/settings/tokens", {"name": "GitHub CI", "expires": "never"})
+    created = browser_client.post(
+        "/settings/tokens", {"name": "GitHub CI", "expires": "365", "password": PASSWORD}
+    )
     assert created.status_code == 200
     assert "no-store" in created["Cache-Control"]
     page = created.content.decode()
@@ -64,7 +69,9 @@ def test_it_creates_a_token_shown_once_that_works(browser_client, user):
 
 
 def test_a_token_needs_a_name(browser_client):
-    response = browser_client.post("/settings/tokens", {"name": "", "expires": "30"})
+    response = browser_client.post(
+        "/settings/tokens", {"name": "", "expires": "30", "password": PASSWORD}
+    )
     assert response.status_code == 400
     assert "This field is required." in response.content.decode()
     assert not ApiToken.objects.exists()
@@ -102,7 +109,9 @@ def test_it_neither_lists_nor_revokes_someone_elses_token(browser_client):
 @pytest.mark.parametrize(("choice", "days"), [("7", 7), ("30", 30), ("90", 90), ("365", 365)])
 def test_a_token_can_be_given_an_expiry(browser_client, user, choice, days):
     before = timezone.now()
-    created = browser_client.post("/settings/tokens", {"name": "CI", "expires": choice})
+    created = browser_client.post(
+        "/settings/tokens", {"name": "CI", "expires": choice, "password": PASSWORD}
+    )
     assert created.status_code == 200
     token = ApiToken.objects.get(user=user)
     lifetime = timedelta(days=days)
@@ -114,11 +123,14 @@ def test_the_form_offers_expiries_with_90_days_first_chosen(browser_client):
     page = browser_client.get("/settings/").content.decode()
     assert '<select name="expires"' in page
     assert '<option value="90" selected>in 90 days</option>' in page
-    assert '<option value="never">never</option>' in page
+    assert 'value="never"' not in page  # the longest lifetime is the last choice
+    assert '<option value="365">in a year</option>' in page
 
 
 def test_an_unknown_expiry_is_refused(browser_client):
-    response = browser_client.post("/settings/tokens", {"name": "CI", "expires": "forever"})
+    response = browser_client.post(
+        "/settings/tokens", {"name": "CI", "expires": "forever", "password": PASSWORD}
+    )
     assert response.status_code == 400
     assert not ApiToken.objects.exists()
 
@@ -136,3 +148,52 @@ def test_the_list_shows_last_use_and_expiry(browser_client, user):
     assert used.expires_at.strftime("%Y-%m-%d %H:%M") in row and "active" in row
     expired = page[page.index(f'data-token="{gone.prefix}"') :].split("</tr>")[0]
     assert "expired" in expired and "Revoke" not in expired
+
+
+def test_creating_a_token_asks_for_the_password_again(browser_client):
+    for password in ("", "not-it"):
+        refused = browser_client.post(
+            "/settings/tokens", {"name": "CI", "expires": "30", "password": password}
+        )
+        assert refused.status_code == 400
+    assert "That is not your password." in refused.content.decode()
+    assert not ApiToken.objects.exists()
+
+
+@pytest.mark.parametrize("who", ["the user", "an admin"])
+def test_a_password_change_ends_every_token_made_before_it(user, who):
+    _, plain = tokens.create_token(user, "ci")
+    assert tokens.authenticate_token(plain).user == user
+    changed = get_user_model().objects.get(pk=user.pk)  # as an admin's request would
+    changed.set_password("a-new-password" if who == "the user" else PASSWORD)  # even the same
+    changed.save()
+    with pytest.raises(tokens.InvalidToken, match="made before its user's password changed"):
+        tokens.authenticate_token(plain)
+    _, fresh = tokens.create_token(changed, "ci again")
+    assert tokens.authenticate_token(fresh).user == changed
+
+
+def test_reset_admin_password_ends_the_admins_tokens(db):
+    from django.core.management import call_command
+
+    admin = get_user_model().objects.create_superuser("admin", password="old-admin-pw")
+    _, plain = tokens.create_token(admin, "ci")
+    call_command("reset_admin_password", stdout=io.StringIO())
+    with pytest.raises(tokens.InvalidToken, match="password changed"):
+        tokens.authenticate_token(plain)
+
+
+def test_no_token_outlives_the_longest_lifetime(user, settings):
+    settings.ARMATURE_TOKEN_MAX_DAYS = 30
+    forever, plain = tokens.create_token(user, "made with no expiry")
+    ApiToken.objects.filter(pk=forever.pk).update(created_at=timezone.now() - timedelta(days=31))
+    with pytest.raises(tokens.InvalidToken, match="expired on"):
+        tokens.authenticate_token(plain)
+    client = Client()
+    client.force_login(user)
+    page = client.get("/settings/").content.decode()
+    assert '<option value="30" selected>in 30 days</option>' in page
+    assert 'value="90"' not in page and 'value="365"' not in page
+    refused = client.post("/settings/tokens", {"name": "CI", "expires": "365",
+                                               "password": PASSWORD})  # fmt: skip
+    assert refused.status_code == 400

@@ -31,7 +31,8 @@ from trainer.runner.interventions import close_env, with_interventions
 
 CONSOLE_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "builtin_rlpd_console.yaml"
 POLICY_ACTION = 0.5
-PUSH = [1.0, 0, 0, 0, 0, 0, -1.0]
+# +x, the gripper as it is (a takeover's gripper moves only once the operator changes it).
+PUSH = [1.0, 0, 0, 0, 0, 0, 0.0]
 
 
 class Robots:

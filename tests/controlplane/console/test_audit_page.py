@@ -32,10 +32,32 @@ def test_a_takeover_the_page_cannot_read_shows_a_placeholder_not_a_500(client):
     response = client.get("/console/audit/")
     assert response.status_code == 200
     page = response.content.decode()
-    rows = page.split("<tr>")[2:]  # after the header row
+    takeovers, estops = page.split('id="estops"')
+    rows = takeovers.split("<tr>")[2:]  # after the header row
     assert len(rows) == 6
     readable = next(row for row in rows if "olga" in row)
     assert "2023-11-14 22:13:20" in readable and "12.5" in readable and "unreadable" not in readable
     for name in ("ivan", "vera", "ada"):
         assert "unreadable" in next(row for row in rows if name in row)
     assert sum("unreadable" in row for row in rows) == 5
+    assert "No e-stop yet." in estops
+
+
+def test_e_stops_are_listed_and_one_the_page_cannot_read_shows_a_placeholder(client):
+    run = submitted_run("stopped")
+    at = 1.7e9
+    for data in (
+        {"action": "pressed", "operator": "ivan", "robot": 0, "robot_name": "sim-0", "at": at},
+        {"action": "cleared", "operator": "ada", "robot": 0, "robot_name": "sim-0",
+         "at": at + 5, "stopped_by": "ivan", "override": True},
+        {"action": ["?"], "at": "soon"},
+    ):  # fmt: skip
+        RunEvent.objects.create(run=run, kind="estop", data=data)
+    client.force_login(get_user_model().objects.create_user("viewer"))
+    page = client.get("/console/audit/").content.decode()
+    rows = page.split('id="estops"')[1].split("<tr>")[2:]
+    unreadable, cleared, pressed = rows  # newest first
+    assert "cleared (pressed by ivan) as admin" in cleared and "2023-11-14 22:13:25" in cleared
+    assert "<td>pressed</td>" in pressed and "<td>ivan</td>" in pressed
+    assert "unreadable" in unreadable
+    assert not any("unreadable" in row for row in (cleared, pressed))

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def scene(web):
     run = submitted_run("console")
     cookies = {"olga": login("olga", "operator"), "ivan": login("ivan", "operator"),
-               "vera": login("vera", None)}  # fmt: skip
+               "vera": login("vera", None), "ada": login("ada", "admin")}  # fmt: skip
     made: list = []
 
     def make(settings: TeleopSettings | None = None) -> tuple[Robots, dict[str, Console]]:
@@ -177,11 +177,37 @@ def test_e_stop_holds_the_robot_until_cleared(scene):
     olga.send(op="take_over", robot=1)
     refused = olga.reply("take_over", "olga")
     assert not refused["ok"] and "e-stopped by ivan" in refused["error"]
-    olga.send(op="clear_stop", robot=1)
-    assert olga.reply("clear_stop", "olga")["ok"]
+    # Another operator cannot clear it, even claiming to be an admin ...
+    olga.send(op="clear_stop", robot=1, override=True)
+    refused = olga.reply("clear_stop", "olga")
+    assert not refused["ok"] and "e-stopped by ivan: only they or an admin" in refused["error"]
+    assert robots.source.mode(1) == ("e-stopped", "ivan")
+    # ... who pressed it can.
+    ivan.send(op="clear_stop", robot=1)
+    assert ivan.reply("clear_stop", "ivan")["ok"]
     cleared_at = time.time()
     wait_until(lambda: len(robots.after(cleared_at + 0.05)) >= 3, 5, "steps", 0.01)
     assert all(not bool(i[1]) for _, _, i in robots.after(cleared_at + 0.05))
+
+
+def test_an_admin_clears_another_operators_e_stop_and_the_audit_says_so(scene, client):
+    run, make = scene
+    robots, consoles = make()
+    ivan, ada = consoles["ivan"], consoles["ada"]
+    ivan.send(op="estop", robot=0)
+    assert ivan.reply("estop", "ivan")["ok"]
+    ada.send(op="clear_stop", robot=0)
+    assert ada.reply("clear_stop", "ada")["ok"]
+    assert robots.source.mode(0) == ("policy", None)
+    wait_until(lambda: RunEvent.objects.filter(run=run, kind="estop").count() == 2, 10,
+               "the e-stop's two audit events", 0.05)  # fmt: skip
+    stored = [e.data for e in RunEvent.objects.filter(run=run, kind="estop").order_by("pk")]
+    assert [(d["action"], d["operator"], d["stopped_by"], d["override"]) for d in stored] == [
+        ("pressed", "ivan", None, False), ("cleared", "ada", "ivan", True),
+    ]  # fmt: skip
+    client.force_login(get_user_model().objects.get(username="ada"))
+    audit = client.get("/console/audit/").content.decode()
+    assert "cleared (pressed by ivan) as admin" in audit
 
 
 def test_a_marked_success_ends_the_episode_and_the_takeover_is_audited(scene, client):

@@ -122,7 +122,7 @@ def test_evaluate_queues_an_eval_run_whose_job_runs_trainer_eval_on_the_checkpoi
     assert run.config_yaml == source.config_yaml and run.created_by.username == "olga"
     checkpoint = artifacts.checkpoint_path(source.pk, 4).resolve()
     assert submission.entrypoint(run) == shlex.join([
-        sys.executable, "-m", "trainer", "eval", str(checkpoint),
+        sys.executable, "-m", "trainer", "eval", str(checkpoint), "--config", "config.yaml",
         "--output", str(artifacts.run_artifact_dir(run.pk).resolve()),
         "--tasks", "0,1", "--states", "4",
     ])  # fmt: skip

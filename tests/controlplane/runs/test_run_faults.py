@@ -277,7 +277,8 @@ def test_every_call_to_ray_has_a_deadline(settings):
         for call in (
             lambda: ray_jobs.state("armature-run-1"),
             lambda: ray_jobs.stop("armature-run-1"),
-            lambda: ray_jobs.logs("armature-run-1"),
+            lambda: ray_jobs.log_tail("armature-run-1", 20, 4096),
+            lambda: ray_jobs.log_stream("armature-run-1"),
             lambda: ray_jobs.submit("armature-run-1", "true", {}, {}),
         ):
             with pytest.raises(ray_jobs.RayUnavailable, match="unreachable"):

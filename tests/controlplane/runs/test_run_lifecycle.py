@@ -15,7 +15,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from controlplane.experiments.services import create_experiment
-from controlplane.runs import artifacts, ray_jobs, reconcile, selectors, submission
+from controlplane.runs import artifacts, ray_jobs, reconcile, submission
 from controlplane.runs.models import Run, RunEvent, RunState
 from tests.processes import wait_until
 
@@ -61,6 +61,10 @@ def wait_for_state(run_id: int, states: set[str], timeout_s: float = 180) -> Run
     return Run.objects.get(pk=run_id)
 
 
+def whole_log(run: Run) -> str:
+    return b"".join(ray_jobs.log_stream(run.submission_id)).decode()
+
+
 def jobs_for(run: Run) -> list:
     return [j for j in ray_jobs.client().list_jobs() if j.submission_id == run.submission_id]
 
@@ -75,7 +79,7 @@ def test_a_run_launched_over_the_api_succeeds(live):
     run = wait_for_state(created.json()["id"], {"succeeded", "failed"})
     assert run.state == RunState.SUCCEEDED, run.exit_reason
     assert run.ray_job_id == run.submission_id
-    assert "finished 3/3 iterations" in selectors.job_logs(run)
+    assert "finished 3/3 iterations" in whole_log(run)
     # No web server in this stack: the trainer's report waited in its spool, and the
     # reconciliation took it in before reading Ray's status.
     assert run.exit_reason == "the trainer finished" and "rollout/success_rate" in run.summary
@@ -83,11 +87,12 @@ def test_a_run_launched_over_the_api_succeeds(live):
     spool = artifacts.run_artifact_dir(run.pk) / "link-spool" / "attempt-1.jsonl"
     wait_until(lambda: not spool.exists(), 10, "the ingested spool to be removed")
     kinds = list(run.events.values_list("kind", flat=True))
-    assert kinds[:3] == ["launched", "state", "submitted"]
+    # Adopted when Ray's reply to the submission was lost (a loaded head) and the retry
+    # found the job: one job either way.
+    assert kinds[:2] == ["launched", "state"] and kinds[2] in ("submitted", "adopted")
     assert len(jobs_for(run)) == 1
 
 
-@pytest.mark.embedded
 def test_cancelling_a_running_run_stops_its_job(live):
     stack, api = live
     run_id = api.post(
@@ -198,7 +203,7 @@ def test_two_runs_of_the_same_config_keep_separate_complete_outputs(live):
         lines = (folder / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
         assert (folder / "checkpoints" / "iter_000003.pt").is_file()
-        assert f"checkpoints: {folder.resolve()}/checkpoints" in selectors.job_logs(run)
+        assert f"checkpoints: {folder.resolve()}/checkpoints" in whole_log(run)
 
         listed = api.get(f"/api/v1/runs/{run.pk}/artifacts").json()
         (events,) = (folder / "tensorboard").glob("events.out.tfevents.*")
@@ -208,7 +213,7 @@ def test_two_runs_of_the_same_config_keep_separate_complete_outputs(live):
                          events.relative_to(folder))
         }  # fmt: skip
         download = api.get(f"/api/v1/runs/{run.pk}/artifacts/metrics.jsonl")
-        assert b"".join(download.streaming_content) == (folder / "metrics.jsonl").read_bytes()
+        assert b"".join(download) == (folder / "metrics.jsonl").read_bytes()
         assert api.get(f"/api/v1/runs/{run.pk}/artifacts/../../secret_key").status_code == 404
 
 

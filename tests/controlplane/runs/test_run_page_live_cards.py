@@ -110,6 +110,17 @@ async def test_the_pages_own_socket_leaves_what_it_shows_alone(run, operator, cl
     await page.disconnect()
 
 
+def test_the_page_holds_its_live_parts_as_plain_content(run, operator, client):
+    """htmx's ws extension swaps each element of a socket message by its id, so the page's
+    own copies need no hx-swap-oob: with one, an htmx response that holds the page (a
+    boosted link to it, the page Stop's redirect leads to) would swap them into the page
+    it lands on, and take them out of the page itself."""
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    for part in ("run-header", "run-events", "run-processes", "run-model", "run-files"):
+        assert f'id="{part}"' in html, part
+    assert "hx-swap-oob" not in html
+
+
 async def test_a_checkpoint_brings_its_file_and_the_evaluate_form(run, operator):
     page = await browser(run, operator[1])
     link = await trainer(run)

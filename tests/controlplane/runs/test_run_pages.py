@@ -174,7 +174,7 @@ def test_the_run_page_lists_the_runs_files_and_serves_them(client):
     assert files.index("checkpoints/iter_000020.pt") < files.index("metrics.jsonl")
     assert 'data-bytes="2048">2.0\xa0KB' in files
     download = client.get(f"/runs/{run.pk}/files/metrics.jsonl")
-    assert b"".join(download.streaming_content) == b'{"iteration": 1}\n'
+    assert b"".join(download) == b'{"iteration": 1}\n'
     assert 'filename="metrics.jsonl"' in download["Content-Disposition"]
     assert client.get(f"/runs/{run.pk}/files/../run-{run.pk + 1}/x").status_code == 404
     assert client.get(f"/runs/{run.pk}/files/checkpoints").status_code == 404  # a folder

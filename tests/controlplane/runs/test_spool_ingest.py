@@ -288,7 +288,8 @@ def test_a_run_whose_spool_holds_bad_lines_still_ends_through_reconciliation(ray
     submission.submit(run.pk)
     submission_id = Run.objects.get(pk=run.pk).submission_id
     wait_until(lambda: ray_jobs.state(submission_id).ended, 120, "the job to end", 0.5)
-    assert ray_jobs.state(submission_id).status == "SUCCEEDED", ray_jobs.logs(submission_id)
+    log = ray_jobs.log_tail(submission_id, 50, 64 * 1024)
+    assert ray_jobs.state(submission_id).status == "SUCCEEDED", log
 
     reconcile.reconcile(run.pk)
     run.refresh_from_db()

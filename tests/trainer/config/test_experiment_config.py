@@ -90,7 +90,7 @@ def test_errors_name_their_key_path(tmp_path):
             ],
         )
     problems = _problems(error)
-    assert "algorithm.nmae: unknown key" in problems
+    assert "algorithm.nmae: unknown key; did you mean `algorithm.name`?" in problems
     assert "env.num_parallel_envs: Input should be greater than 0" in problems
     assert any(
         p.startswith("algorithm.name: Input should be 'ppo', 'grpo', 'rloo', 'rlpd' or 'bc'")
@@ -208,3 +208,22 @@ def test_nan_and_infinity_are_not_numbers_a_setting_accepts(number):
         validate_config(parse_yaml(f"actor:\n  learning_rate: {number}\n"))
     assert caught.value.problems[0].location == "actor.learning_rate"
     assert "finite" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("runner.iteratons=5", "runner.iteratons: unknown key; did you mean `runner.iterations`?"),
+        ("actor.model.lora.rnk=4",
+         "actor.model.lora.rnk: unknown key; did you mean `actor.model.lora.rank`?"),
+        ("env.real_robot.robots=[{url: 'http://arm:5000', safty_box: {}}]",
+         "env.real_robot.robots[0].safty_box: unknown key; did you mean "
+         "`env.real_robot.robots[0].safety_box`?"),
+        ("runner.zzz=1", "runner.zzz: unknown key"),  # nothing near: no guess
+        ("zzz.q=1", "zzz: unknown key"),
+    ],
+)  # fmt: skip
+def test_an_unknown_key_names_the_closest_key_of_its_section(override, said):
+    with pytest.raises(ConfigError) as error:
+        load_config("examples/builtin_ppo.yaml", [override])
+    assert said in _problems(error)

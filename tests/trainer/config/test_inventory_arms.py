@@ -54,3 +54,44 @@ def test_arms_listed_in_the_env_win_and_none_anywhere_is_named():
     data["cluster"]["node_groups"].pop()
     with pytest.raises(ConfigError, match="the cluster has no hardware of type Franka"):
         validate_config(data)
+
+
+WIDE = {"xyz_low": [0.0, -1.0, 0.0], "xyz_high": [1.0, 1.0, 1.0],
+        "rpy_low": [0.0, -3.1416, -3.1416], "rpy_high": [3.1416, 3.1416, 3.1416]}  # fmt: skip
+DECLARED = {"robot_ip": "192.0.2.10", "node_rank": 1, "safety_box": BOX, "control_hz": 5,
+            "action_scale": [0.01, 0.05, 1.0], "joint_reset": False,
+            "cameras": [{"name": "wrist", "url": "http://192.0.2.20/stream"}]}  # fmt: skip
+
+
+def test_an_arm_the_inventory_declares_keeps_its_limits_whatever_the_env_lists():
+    listed = [{"name": "mine", "robot_ip": "192.0.2.10", "safety_box": WIDE, "control_hz": 50,
+               "action_scale": [0.1, 0.01, 2.0], "joint_reset": True}]  # fmt: skip
+    (robot,) = validate_config(arms_config(DECLARED, robots=listed)).env.real_robot.robots
+    assert robot.name == "mine"
+    assert (robot.safety_box.xyz_low, robot.safety_box.xyz_high) == (BOX["xyz_low"],
+                                                                     BOX["xyz_high"])  # fmt: skip
+    assert robot.control_hz == 5
+    assert robot.action_scale == [0.01, 0.01, 1.0]  # each capped, never raised
+    assert robot.joint_reset is False
+    assert [camera.name for camera in robot.cameras] == ["wrist"]  # the inventory's
+
+
+def test_the_same_server_written_as_a_url_is_the_same_arm_and_may_only_shrink():
+    small = {"xyz_low": [0.45, -0.05, 0.1], "xyz_high": [0.55, 0.05, 0.2]}
+    listed = [{"url": "http://192.0.2.10:5000", "safety_box": small}]
+    (robot,) = validate_config(arms_config(DECLARED, robots=listed)).env.real_robot.robots
+    assert (robot.safety_box.xyz_low, robot.safety_box.xyz_high) == (small["xyz_low"],
+                                                                     small["xyz_high"])  # fmt: skip
+    assert robot.control_hz == 5
+
+
+def test_a_box_or_camera_outside_the_inventorys_is_named():
+    outside = {"xyz_low": [0.7, -0.1, 0.05], "xyz_high": [0.9, 0.1, 0.3]}
+    listed = [{"robot_ip": "192.0.2.10", "safety_box": outside,
+               "cameras": [{"name": "elsewhere", "url": "http://192.0.2.99/stream"}]}]  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        validate_config(arms_config(DECLARED, robots=listed))
+    text = str(caught.value)
+    assert "env.real_robot.robots[0].safety_box.xyz_low[0]" in text
+    assert "outside the inventory's [0.4, 0.6]" in text
+    assert "env.real_robot.robots[0].cameras[0].url" in text

@@ -153,3 +153,30 @@ def test_substeps_catch_a_goal_passed_through_within_one_action():
     assert solved and abs(stopped_at - 0.5) < 0.2
     with pytest.raises(ValueError, match="physics_substeps must be at least 1"):
         BuiltinReachEnv(num_envs=1, physics_substeps=0)
+
+
+def test_with_a_camera_it_observes_its_top_down_view_and_the_scripted_operator_still_steers():
+    """`camera: true`: each copy's observation is `render`'s picture as [3, S, S] floats in
+    [0, 1] (what pixel RLPD learns from); the scripted operator reads the state."""
+    from trainer.config.schema import ExperimentConfig
+    from trainer.runner.interventions import with_interventions
+
+    env = BuiltinReachEnv(num_envs=3, camera=True, image_size=24, max_episode_steps=40)
+    assert env.obs_shape == (3, 24, 24)
+    obs = env.reset(0, env.init_states(0)[:3])
+    assert obs.shape == (3, 3, 24, 24) and obs.dtype == torch.float32
+    for copy in range(3):
+        expected = env.render(copy, 24).permute(2, 0, 1).float() / 255
+        torch.testing.assert_close(obs[copy], expected)
+    config = ExperimentConfig.model_validate(
+        {"env": {"interventions": {"source": "scripted", "share": 1.0}}}
+    )
+    steered = with_interventions(env, config, link=None)
+    steered.reset(0, env.init_states(0)[:3])
+    solved = torch.zeros(3, dtype=torch.bool)
+    for _ in range(40):
+        step = steered.step(torch.zeros(3, 7))
+        solved |= step.success
+        assert step.obs.shape == (3, 3, 24, 24)
+        assert step.final_observation.shape == (3, 3, 24, 24)
+    assert solved.all()

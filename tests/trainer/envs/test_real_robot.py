@@ -232,3 +232,41 @@ def test_a_config_names_the_classifier_and_a_bad_file_is_refused(servers, tmp_pa
     torch.save({"state": {}}, not_one)
     with pytest.raises(ValueError, match=r"weights.pt: not a success classifier"):
         load_classifier(not_one)
+
+
+def test_taking_over_an_arm_holding_an_object_never_opens_its_gripper(servers, tmp_path):
+    """HIL-SERL's arms close at -1: the console's gripper (+1 closed, -1 open) is turned
+    into the arm's own command, and a takeover starts from what the arm holds."""
+    from trainer.runner.interventions import close_env, with_interventions
+
+    run = config(servers, tmp_path, "env.interventions.source=console",
+                 "env.interventions.deadman_s=5")  # fmt: skip
+    env = with_interventions(make_vector_env("real_robot", 2, **env_options(run)), run, None)
+    try:
+        env.reset(0, env.init_states(0).expand(2, -1))
+        closing = torch.zeros(2, 7)
+        closing[:, 6] = -1.0  # the policy closes both grippers (HIL-SERL's -1)
+        env.step(closing)
+        assert servers[0].gripper_pos == 0.0
+        env.console.handle(console_command("take_over"))
+        env.console.publish()
+        start = len(servers[0].requests)
+        for gripper in (-1.0, -1.0, 0.0):  # a console that started from "open", then 0
+            env.console.handle(console_command("command", action=[0.5, 0, 0, 0, 0, 0, gripper]))
+            env.step(torch.zeros(2, 7))
+        sent = [endpoint for endpoint, _ in servers[0].requests[start:]]
+        assert "open_gripper" not in sent and servers[0].gripper_pos == 0.0
+        assert "pose" in sent  # the operator's motion did reach the arm
+        # The operator's own command: closed (as it is), then open.
+        for gripper in (1.0, -1.0):
+            env.console.handle(console_command("command", action=[0, 0, 0, 0, 0, 0, gripper]))
+            env.step(torch.zeros(2, 7))
+        assert servers[0].gripper_pos == 1.0
+        assert [e for e, _ in servers[0].requests[start:]].count("open_gripper") == 1
+    finally:
+        close_env(env)
+
+
+def console_command(op: str, **fields) -> dict:
+    return {"type": "teleop", "op": op, "operator": "olga", "robot": 0,
+            "sent_at": time.monotonic(), "clock": "web-1", **fields}  # fmt: skip

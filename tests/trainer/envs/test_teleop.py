@@ -137,11 +137,27 @@ def test_e_stop_holds_until_cleared_whoever_held_the_copy():
         assert held.held[1] and not held.intervened[1]
         assert held.applied_actions[1].tolist() == [0] * 7
     assert source.takeovers[-1].reason == "e-stop by ivan"
-    source.clear_stop(1, "olga")
+    source.clear_stop(1, "ivan")
     after = step(env)
     assert not (after.intervened[1] or after.held[1])
     with pytest.raises(TeleopRefused, match="copy 1 is not stopped"):
-        source.clear_stop(1, "olga")
+        source.clear_stop(1, "ivan")
+
+
+def test_only_who_pressed_an_e_stop_or_an_admin_clears_it_and_both_are_recorded():
+    env, source, clock = scene()
+    source.estop(0, "ivan")
+    source.estop(0, "olga")  # pressed again: still ivan's to clear
+    with pytest.raises(TeleopRefused, match="copy 0 was e-stopped by ivan: only they or an "
+                                            "admin may clear it"):  # fmt: skip
+        source.clear_stop(0, "olga")
+    assert source.mode(0) == ("e-stopped", "ivan")
+    assert step(env).held[0]
+    source.clear_stop(0, "ada", override=True)
+    assert source.mode(0) == ("policy", None)
+    assert [(s.action, s.operator, s.stopped_by, s.override) for s in source.stops] == [
+        ("pressed", "ivan", None, False), ("cleared", "ada", "ivan", True),
+    ]  # fmt: skip
 
 
 def test_bad_requests_are_named():

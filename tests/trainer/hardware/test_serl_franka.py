@@ -1,16 +1,36 @@
 """The SERL robot-server driver against a fake server with SERL's endpoints and JSON:
 actions integrate into poses as HIL-SERL's env does, every pose sent lies in the safety
 box, the gripper and reset follow SERL's calls, and a silent or dead server is a lost
-link that raises at once and sends nothing more until the server answers again."""
+link that raises at once and sends nothing more until the server answers again. The
+server's address is an http(s) base URL the endpoints are joined onto: a redirect is
+never followed, an answer is read up to a cap, a closed port and a silent host read
+the same, and a password in the URL is sent but never written into a message."""
 
+import base64
 import time
+import traceback
+import tracemalloc
 
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
 from tests.trainer.hardware.fake_serl_server import HOME, FakeSerlServer
-from trainer.hardware.serl_franka import RobotLinkLost, SafetyBox, SerlFranka, SerlSettings
+from tests.trainer.hardware.hostile_server import (
+    HostileServer,
+    SilentHost,
+    closed_port,
+    endless_body,
+    redirect_to,
+    status,
+)
+from trainer.hardware.serl_franka import (
+    MAX_ANSWER_BYTES,
+    RobotLinkLost,
+    SafetyBox,
+    SerlFranka,
+    SerlSettings,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,7 +106,10 @@ def test_a_silent_server_is_a_lost_link_that_sends_nothing_more_until_it_answers
     robot = arm(server, timeout_s=1.0)
     robot.send_action([0.5, 0, 0, 0, 0, 0, 0])
     server.fall_silent()
-    with pytest.raises(RobotLinkLost, match=r"franka-0: .*/pose did not answer within 1.0 s"):
+    with pytest.raises(
+        RobotLinkLost, match=r"franka-0: the robot server at 127\.0\.0\.1:\d+ did not answer "
+        r"pose within 1\.0 s"
+    ):  # fmt: skip
         robot.send_action([0.5, 0, 0, 0, 0, 0, 0])
     with pytest.raises(RobotLinkLost, match="link lost"):
         robot.send_action([0.5, 0, 0, 0, 0, 0, 0])
@@ -104,7 +127,7 @@ def test_a_silent_server_is_a_lost_link_that_sends_nothing_more_until_it_answers
 def test_a_dead_server_is_a_lost_link_and_a_restarted_one_is_reached_again(server):
     robot = arm(server, timeout_s=1.0)
     server.stop()
-    with pytest.raises(RobotLinkLost, match="ConnectionError"):
+    with pytest.raises(RobotLinkLost, match="did not answer pose"):
         robot.send_action([0.0] * 7)
     server.start()  # the same port
     robot.connect()
@@ -118,3 +141,95 @@ def test_bad_settings_and_actions_are_named(server):
     robot = arm(server)
     with pytest.raises(ValueError, match=r"SERL actions are 7 numbers, not \(6,\)"):
         robot.send_action([0.0] * 6)
+
+
+def unconnected(url: str, timeout_s: float = 2.0) -> SerlFranka:
+    return SerlFranka("franka-0", SerlSettings(url=url, safety_box=BOX, timeout_s=timeout_s))
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["{base}?", "{base}?x=1", "{base}#", "{base}#top", "ftp://127.0.0.1:5000/",
+     "file:///etc/passwd", "gopher://127.0.0.1:5000/", "http:///getstate", "127.0.0.1:5000"],
+)  # fmt: skip
+def test_only_an_http_base_url_without_query_or_fragment_is_a_robot_server(server, url):
+    with pytest.raises(ValueError, match="robot server URL"):
+        unconnected(url.format(base=server.url))
+    assert server.requests == []
+
+
+def test_endpoints_are_joined_onto_the_urls_path(server):
+    recorder = HostileServer(status(500))
+    try:
+        for base in ("serl", "serl/", "serl/arm;1/"):
+            with pytest.raises(RobotLinkLost):
+                unconnected(recorder.url(base)).connect()
+        paths = [path for _, path, _ in recorder.requests]
+        assert paths == ["/serl/getstate", "/serl/getstate", "/serl/arm;1/getstate"]
+    finally:
+        recorder.stop()
+
+
+def test_a_redirect_is_never_followed(server):
+    elsewhere = HostileServer(redirect_to(server.url + "getstate"))
+    try:
+        for code in (301, 302, 303, 307, 308):
+            elsewhere.answer = redirect_to(server.url + "getstate", code)
+            robot = unconnected(elsewhere.url())
+            with pytest.raises(RobotLinkLost, match=rf"redirect \(HTTP {code}\).*never followed"):
+                robot.connect()
+        assert server.requests == []  # the other port was never reached
+    finally:
+        elsewhere.stop()
+
+
+def test_a_closed_port_and_a_silent_host_read_the_same():
+    silent, closed = SilentHost(), closed_port()
+    try:
+        messages = {}
+        for port in (silent.port, closed):
+            with pytest.raises(RobotLinkLost) as caught:
+                unconnected(f"http://127.0.0.1:{port}/", timeout_s=0.5).connect()
+            messages[port] = str(caught.value).replace(str(port), "PORT")
+            assert caught.value.__cause__ is None and caught.value.__suppress_context__
+        assert (
+            messages[silent.port]
+            == messages[closed]
+            == ("franka-0: the robot server at 127.0.0.1:PORT did not answer getstate within 0.5 s")
+        )
+    finally:
+        silent.close()
+
+
+def test_an_endless_answer_is_refused_at_the_cap_in_bounded_memory():
+    flood = HostileServer(endless_body(32 * MAX_ANSWER_BYTES, "application/json"))
+    tracemalloc.start()
+    try:
+        robot = unconnected(flood.url())
+        with pytest.raises(RobotLinkLost, match=r"answered getstate with more than 1 MiB"):
+            robot.connect()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        flood.stop()
+    assert peak < 3 * MAX_ANSWER_BYTES, f"{peak} bytes held at once"
+    assert flood.sent < 32 * MAX_ANSWER_BYTES  # the driver hung up
+
+
+def test_a_password_in_the_url_is_sent_but_never_written(server):
+    recorder = HostileServer(status(500))
+    try:
+        robot = unconnected(f"http://arm:s3cret@127.0.0.1:{recorder.port}/serl/")
+        with pytest.raises(RobotLinkLost, match="HTTP 500") as answered:
+            robot.connect()
+        (_, path, headers) = recorder.requests[0]
+        assert path == "/serl/getstate"
+        assert headers["Authorization"] == "Basic " + base64.b64encode(b"arm:s3cret").decode()
+        recorder.stop()
+        with pytest.raises(RobotLinkLost, match="did not answer") as unanswered:
+            robot.connect()
+        for caught in (answered, unanswered):
+            written = "".join(traceback.format_exception(caught.value)) + repr(robot.__dict__)
+            assert "127.0.0.1" in written and "s3cret" not in written
+    finally:
+        recorder.stop()

@@ -211,3 +211,63 @@ def test_the_process_with_robot_0_refuses_a_robot_no_process_has():
         assert not reply["ok"] and reply["error"] == "there is no robot 4: robots are 0..3"
     finally:
         bridge.close()
+
+
+GRIP = 6  # every console env's gripper: the action's last number
+
+
+def held_gripper_scene() -> tuple[InterventionEnv, BuiltinReachEnv, ConsoleBridge, RecordingLink]:
+    """The simulated robot's gripper closed by the policy, then taken over."""
+    core = BuiltinReachEnv(1, seed=0)
+    source = TeleopSource(1, 7, TeleopSettings(deadman_s=5.0), gripper_dim=GRIP)
+    env = InterventionEnv(core, source)
+    env.reset(0, env.init_states(0)[:1])
+    closing = torch.zeros(1, 7)
+    closing[0, GRIP] = 1.0
+    env.step(closing)  # the policy closes the gripper: it holds something
+    link = RecordingLink()
+    bridge = ConsoleBridge(link, source, [SimulatedRobot(core, 0, "sim-0")], frames_per_s=1.0)
+    bridge.handle(teleop("take_over"))
+    return env, core, bridge, link
+
+
+def gripper_closed(core: BuiltinReachEnv) -> bool:
+    return core.copy_state(0)["gripper"] == [1.0]
+
+
+def test_taking_over_a_closed_gripper_keeps_it_closed_until_the_operator_opens_it():
+    env, core, bridge, link = held_gripper_scene()
+    try:
+        bridge.publish()
+        assert link.frames[-1]["robots"][0]["gripper_closed"] is True  # what a page starts from
+        env.step(torch.zeros(1, 7))  # held still before the first command: zero motion
+        assert gripper_closed(core)
+        # A console that started from "open" sends -1 with every command: the start of the
+        # takeover, not the operator's command. The effector moves; the gripper stays.
+        for _ in range(3):
+            bridge.handle(teleop("command", action=[1.0, 0, 0, 0, 0, 0, -1.0]))
+            applied = env.step(torch.zeros(1, 7)).applied_actions[0]
+            assert applied[0] == 1.0 and applied[GRIP] == 0.0
+            assert gripper_closed(core)
+        # The operator's own change: closed (as it is), then open.
+        bridge.handle(teleop("command", action=[0, 0, 0, 0, 0, 0, 1.0]))
+        env.step(torch.zeros(1, 7))
+        assert gripper_closed(core)
+        bridge.handle(teleop("command", action=[0, 0, 0, 0, 0, 0, -1.0]))
+        env.step(torch.zeros(1, 7))
+        assert not gripper_closed(core)
+    finally:
+        bridge.close()
+
+
+def test_a_console_that_sends_the_gripper_as_it_is_moves_it_on_the_first_change():
+    env, core, bridge, _ = held_gripper_scene()
+    try:
+        bridge.handle(teleop("command", action=[0.0] * 7))  # untouched: 0
+        env.step(torch.zeros(1, 7))
+        assert gripper_closed(core)
+        bridge.handle(teleop("command", action=[0, 0, 0, 0, 0, 0, -1.0]))  # G: open
+        env.step(torch.zeros(1, 7))
+        assert not gripper_closed(core)
+    finally:
+        bridge.close()

@@ -1,17 +1,21 @@
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from trainer.algorithms import PPO, OnPolicySettings
+from trainer.config import load_config
 from trainer.data.rollout_storage import Trajectories
 from trainer.data.samplers import InitStateSampler, round_init_state_indices
 from trainer.envs import BuiltinReachEnv
 from trainer.models import GaussianChunkPolicy, ValueCritic, assign_horizons, build_encoder
 from trainer.runner.collection import collect_exact_batch, run_round
+from trainer.runner.on_policy_runner import OnPolicyRunner
 
 torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _round(successes, first_group=0, group_size=2):
@@ -100,6 +104,41 @@ def test_a_partly_filled_batch_is_completed_with_masked_groups():
     assert collected.batch.loss_mask.tolist() == [1.0, 1.0, 0.0, 0.0]
 
 
+def test_the_share_of_informative_groups_counts_every_group_of_every_round():
+    rounds = [_round([1, 1, 1, 0], 0), _round([0, 0, 0, 1], 2), _round([1, 0, 1, 1], 4)]
+    collected = collect_exact_batch(
+        _scripted(rounds), 4, round_size=4, group_size=2, filter_groups=True, max_attempts=3
+    )
+    # Two rounds ran: groups [1, 1] and [0, 0] teach nothing, [1, 0] and [0, 1] do.
+    assert (collected.informative_groups, collected.groups) == (2, 4)
+    # Without the filter the share is measured all the same: the groups that train.
+    unfiltered = collect_exact_batch(_scripted([_round([1, 1, 1, 0])]), 4, 4, group_size=2)
+    assert (unfiltered.informative_groups, unfiltered.groups) == (1, 2)
+    alone = collect_exact_batch(_scripted([_round([1, 0, 1, 0])]), 4, 4)
+    assert (alone.informative_groups, alone.groups) == (0, 0)  # no groups to compare within
+
+
+def test_an_iteration_reports_its_share_of_informative_groups(tmp_path):
+    config = load_config(
+        REPO / "examples/builtin_grpo.yaml",
+        ["env.num_parallel_envs=4", "algorithm.group_size=4", "algorithm.data_batch_size=8",
+         "algorithm.update_epochs=1", "runner.progress=false", "runner.torch_threads=1",
+         f"runner.output_dir={tmp_path}"],
+    )  # fmt: skip
+    runner = OnPolicyRunner(config)
+    rounds: list[float] = []
+    collect = runner._collect_with_retries
+
+    def counted(task_id):
+        collected = collect(task_id)
+        rounds.append(collected.informative_groups / collected.groups)
+        return collected
+
+    runner._collect_with_retries = counted
+    metrics = runner.train_iteration()
+    assert metrics["rollout/informative_group_share"] == pytest.approx(rounds[0])
+
+
 def test_sizes_must_split_into_groups():
     with pytest.raises(ValueError, match="multiples of group_size"):
         collect_exact_batch(_scripted([]), 5, round_size=4, group_size=2)
@@ -109,7 +148,7 @@ def test_a_real_round_runs_one_episode_per_slot_from_the_sampled_states():
     torch.manual_seed(0)
     env = BuiltinReachEnv(num_envs=4, max_episode_steps=12)
     policy = GaussianChunkPolicy(build_encoder("mlp", env.obs_shape, (16,)), 7, 7, 10)
-    critic = ValueCritic(build_encoder("mlp", env.obs_shape, (16,)))
+    critic = ValueCritic(build_encoder("mlp", env.obs_shape, (16,)), max_horizon=10)
     algorithm = PPO(policy, critic, OnPolicySettings(), chunk=5)
     sampler = InitStateSampler({task: 50 for task in range(6)})
     indices = round_init_state_indices(sampler, 2, num_parallel_envs=2, group_size=2)

@@ -95,7 +95,7 @@ def test_config_errors_exit_2_and_name_the_key_path(tmp_path, capsys):
     assert "env.task_ids[1]: builtin_reach has tasks 0..5, not 9" in capsys.readouterr().err
     for override, expected in [
         ("actor.model.kind=cnn", "actor.model.kind: a CNN needs [C, H, W] observations"),
-        ("env.camera=true", "env: the built-in env has no camera-only observations"),
+        ("env.camera=true", "actor.model.kind: an MLP needs flat observations, got shape"),
         ("env.name=libero_nope", "env.name: unknown env 'libero_nope'"),
         ("actor.model.action_dim=6", "actor.model.action_dim: 6 is fewer than the env's 7"),
     ]:

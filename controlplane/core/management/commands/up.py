@@ -12,16 +12,19 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.http.request import split_domain_port, validate_host
 from honcho.manager import Manager
+from honcho.printer import Message, Printer
 
 from controlplane.core.bootstrap import AdminAccount, ensure_admin, seed_demo
 from controlplane.core.stack import (
     AddressError,
     HeadAddresses,
     RayHeadPorts,
+    UnsafeFolderError,
     dashboard_url,
+    discard_output,
+    private_ray_temp_dir,
     ray_head_command,
     ray_head_env,
-    short_temp_dir,
     web_command,
     web_port,
     worker_command,
@@ -31,7 +34,14 @@ from controlplane.runs.interruption import interrupt_active_runs
 
 
 def ray_temp_dir() -> Path:
-    return short_temp_dir(settings.VAR_DIR / "ray", "armature-ray")
+    """The local head's Ray folder, made or checked (stack.private_ray_temp_dir)."""
+    try:
+        return private_ray_temp_dir(Path(settings.VAR_DIR).absolute() / "ray", "armature-ray")
+    except UnsafeFolderError as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:
+        message = f"cannot make Ray's folder ({error.filename}: {error.strerror})"
+        raise CommandError(message) from None
 
 
 def web_url(environ: Mapping[str, str], addresses: HeadAddresses, port: int) -> str:
@@ -74,12 +84,26 @@ def allowed_hosts(environ: Mapping[str, str], url: str, addresses: HeadAddresses
 INTERRUPT_WAIT_S = 30.0
 
 
+class PipeTolerantPrinter(Printer):
+    """Honcho's printer, for output whose reader may stop first. Ctrl-C reaches the
+    terminal's whole foreground job: in `./armature up 2>&1 | tee up.log` tee exits too,
+    and the lines of the shutdown that follows ("SIGINT received", "sending SIGTERM to
+    …") meet a closed pipe. A failed write must not stop that shutdown (web, worker and
+    Ray would be left running): the output is dropped from then on."""
+
+    def write(self, message: Message) -> None:
+        try:
+            super().write(message)
+        except OSError:  # BrokenPipeError (EPIPE), or EIO from a closed terminal
+            discard_output()
+
+
 class StackManager(Manager):
     """Honcho's manager, which first interrupts the runs on the Ray head it owns: the
     head is about to stop, and its jobs with it (docs/runs.md, "Stopping the app")."""
 
     def __init__(self, owns_ray_head: bool) -> None:
-        super().__init__()
+        super().__init__(printer=PipeTolerantPrinter(sys.stdout))
         self.owns_ray_head = owns_ray_head
         self._interrupted = False
 
@@ -152,6 +176,8 @@ class Command(BaseCommand):
         except AddressError as error:
             raise CommandError(str(error)) from None
         keep_private(settings.VAR_DIR)
+        ray_address = os.environ.get("RAY_ADDRESS")
+        temp_dir = None if ray_address else ray_temp_dir()  # refused before anything starts
         if port is None:
             port = web_port(os.environ)
         url = web_url(os.environ, addresses, port)
@@ -161,13 +187,10 @@ class Command(BaseCommand):
         seed_demo(owner=None)
 
         env = {"ARMATURE_WEB_URL": url, **({"ALLOWED_HOSTS": hosts} if hosts else {})}
-        ray_address = os.environ.get("RAY_ADDRESS")
         manager = StackManager(owns_ray_head=not ray_address)
         join_hint = ""
-        if not ray_address:
+        if temp_dir is not None:
             ports = RayHeadPorts.from_environment(os.environ)
-            temp_dir = ray_temp_dir()
-            temp_dir.mkdir(parents=True, exist_ok=True)
             ray_address = dashboard_url(ports, addresses)
             # The head requires a token that only this user can read (var/, mode 0600).
             token = settings.RAY_AUTH_TOKEN or persistent_secret(
