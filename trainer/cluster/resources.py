@@ -25,6 +25,9 @@ class GroupResources:
     hardware_type: str | None
     node_of: list[int]
     local_of: list[int]  # index on the node; -1 for the reserved `node` group (no hardware)
+    # For the reserved groups, which the user never wrote: the labels of the YAML's
+    # groups whose nodes they count, so messages name what the user wrote.
+    covers: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -34,7 +37,13 @@ class GroupResources:
         noun = {ACCELERATOR: "accelerator", HARDWARE: f"{self.hardware_type} device"}.get(
             self.kind, "node"
         )
-        return f"node group '{self.label}' has {self.count} {noun}{'s' if self.count != 1 else ''}"
+        counted = f"{self.count} {noun}{'s' if self.count != 1 else ''}"
+        if self.label not in (NODE_GROUP, CLUSTER_GROUP):
+            return f"node group '{self.label}' has {counted}"
+        named = ", ".join(f"'{label}'" for label in self.covers)
+        groups = f" (node group{'s' if len(self.covers) != 1 else ''} {named})" if named else ""
+        how = "by node" if self.label == NODE_GROUP else "without a node_group"
+        return f"the whole cluster{groups}, placed {how}, has {counted}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +68,13 @@ class ResourceNumbering:
 def group_resources(cluster: Cluster, label: str) -> GroupResources:
     """Resources of one group (the label must exist or be reserved)."""
     nodes = cluster.nodes
+    covers = tuple(group.label for group in cluster.node_groups)
     if label == NODE_GROUP:
         ranks = list(range(cluster.num_nodes))
-        return GroupResources(label, NODE, None, ranks, [-1] * len(ranks))
+        return GroupResources(label, NODE, None, ranks, [-1] * len(ranks), covers)
     if label == CLUSTER_GROUP:
         node_ranks: list[int] = list(range(cluster.num_nodes))
+        covers = tuple(group.label for group in cluster.node_groups if group.hardware is None)
     else:
         group = cluster.group(label)
         assert group is not None, label
@@ -89,8 +100,8 @@ def group_resources(cluster: Cluster, label: str) -> GroupResources:
             node_of.extend([rank] * count)
             local_of.extend(range(count))
         kind_type = types.pop() if len(types) == 1 else None
-        return GroupResources(label, ACCELERATOR, kind_type, node_of, local_of)
-    return GroupResources(label, NODE, None, node_ranks, [0] * len(node_ranks))
+        return GroupResources(label, ACCELERATOR, kind_type, node_of, local_of, covers)
+    return GroupResources(label, NODE, None, node_ranks, [0] * len(node_ranks), covers)
 
 
 def numbering(groups: list[GroupResources]) -> ResourceNumbering:
