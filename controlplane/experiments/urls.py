@@ -10,6 +10,7 @@ urlpatterns = [
     path("experiments/<slug:name>/clone/", views.experiment_clone, name="experiment-clone"),
     path("experiments/<slug:name>/launch/", views.experiment_launch, name="experiment-launch"),
     path("runs/launch/", views.run_launch, name="run-launch"),
+    path("runs/launch/preview/", views.launch_preview, name="run-launch-preview"),
     path(
         "experiments/<slug:name>/launch/preview/",
         views.launch_preview,

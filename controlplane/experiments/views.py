@@ -196,10 +196,9 @@ def _launch(request: HttpRequest, experiment: Experiment) -> HttpResponse:
 
 
 @guarded
-def launch_preview(request: HttpRequest, name: str) -> HttpResponse:
-    """The placement grid of the cluster chosen in the launch form (htmx)."""
+def launch_preview(request: HttpRequest, name: str = "") -> HttpResponse:
+    """The placement grid of the cluster chosen in a launch form (htmx): an
+    experiment's, or Home's dialog (the plan is the cluster's, whatever the experiment)."""
     cluster = Cluster.objects.filter(name=request.GET.get("cluster", "")).first()
-    if cluster is None:
-        return HttpResponse('<div id="placement-result" class="muted">No cluster chosen.</div>')
-    preview = preview_placement(to_trainer_cluster(cluster), None)
+    preview = preview_placement(to_trainer_cluster(cluster), None) if cluster else None
     return render(request, "inventory/_placement_result.html", {"preview": preview})

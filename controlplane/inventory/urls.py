@@ -6,6 +6,7 @@ urlpatterns = [
     path("cluster/", views.cluster_list, name="cluster-list"),
     path("cluster/validate/", views.cluster_validate, name="cluster-validate"),
     path("cluster/<slug:name>/", views.cluster_detail, name="cluster-detail"),
+    path("cluster/<slug:name>/live/", views.cluster_live, name="cluster-live"),
     path("cluster/<slug:name>/edit/", views.cluster_edit, name="cluster-edit"),
     path("cluster/<slug:name>/export.yaml", views.cluster_export, name="cluster-export"),
     path("cluster/<slug:name>/placement/", views.placement_page, name="cluster-placement"),

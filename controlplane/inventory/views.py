@@ -6,6 +6,7 @@ from controlplane.access.pages import guarded, refused_status
 from controlplane.console.selectors import inventory_robots_with_status, robots_online
 from controlplane.inventory import services
 from controlplane.inventory.forms import ClusterImportForm, ClusterYamlForm
+from controlplane.inventory.live_cluster import live_cluster
 from controlplane.inventory.models import Cluster
 from controlplane.inventory.placement_preview import preview_placement
 from controlplane.inventory.selectors import get_cluster, placement_yaml
@@ -54,6 +55,12 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
             "can_edit": may(request.user, "cluster-edit", "POST"),
         },
     )
+
+
+@guarded
+def cluster_live(request: HttpRequest, name: str) -> HttpResponse:
+    """The cluster's live Ray nodes (htmx, every few seconds)."""
+    return render(request, "inventory/_live_nodes.html", {"live": live_cluster(get_cluster(name))})
 
 
 @guarded

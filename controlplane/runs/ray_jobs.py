@@ -218,3 +218,13 @@ def live_nodes(timeout_s: float | None = None) -> list[dict]:
         raise RayRefused(f"Ray at {settings.RAY_ADDRESS} has no state API", 404)
     nodes = response.json()["data"]["result"]["result"]
     return [node for node in nodes if node.get("state") == "ALIVE"]
+
+
+def live_actors(timeout_s: float | None = None) -> list[dict]:
+    """The cluster's live actors as the state API lists them (node_id, pid,
+    required_resources, ...)."""
+    response = _request("GET", "/api/v0/actors?detail=1&limit=10000", timeout_s)
+    if response.status_code == 404:
+        raise RayRefused(f"Ray at {settings.RAY_ADDRESS} has no state API", 404)
+    actors = response.json()["data"]["result"]["result"]
+    return [actor for actor in actors if actor.get("state") == "ALIVE"]

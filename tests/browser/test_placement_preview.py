@@ -5,6 +5,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from controlplane.experiments.services import create_experiment
 from controlplane.inventory.services import import_cluster_yaml
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,3 +53,20 @@ def test_errors_show_beside_their_line(logged_in_page):
     expect(issues.first.locator(".line-ref")).to_have_text("line 4")
     expect(page.locator("#placement-gutter .bad")).to_have_text("4")
     page.screenshot(path=str(stack.log_dir / "placement-errors.png"), full_page=True)
+
+
+def test_homes_launch_dialog_shows_where_the_run_will_go(operator_page):
+    page = operator_page
+    import_cluster_yaml("lab", (settings.BASE_DIR / "examples/clusters/two_nodes.yaml").read_text())
+    create_experiment("demo", (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text())
+    page.goto(page.web.url + "/")
+    page.get_by_role("link", name="Launch run").click()
+    dialog = page.get_by_role("dialog", name="Launch a run")
+    plan = dialog.locator(".launch-plan")
+    expect(plan).to_contain_text("This process, no placement: the run is one process")
+    dialog.get_by_label("Cluster").select_option("lab")
+    expect(plan.locator('[data-resource="RTX4090 0"] [data-component="actor"]')).to_have_text(
+        "actor 0"
+    )
+    expect(plan.locator('.legend [data-component="env"]')).to_contain_text("env × 4")
+    page.screenshot(path=str(page.web.log_dir / "launch-dialog.png"), full_page=True)
