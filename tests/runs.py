@@ -6,7 +6,8 @@ from django.conf import settings
 
 from controlplane.experiments.models import Experiment
 from controlplane.experiments.services import create_experiment
-from controlplane.runs.models import Run, RunState
+from controlplane.runs import metric_points
+from controlplane.runs.models import MetricKey, Run, RunState
 from controlplane.runs.state import transition
 
 CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
@@ -25,4 +26,18 @@ def submitted_run(experiment: str | Experiment, config: str = CONFIG) -> Run:
     run = queued_run(experiment, config)
     transition(run.pk, RunState.SUBMITTING)
     run.refresh_from_db()
+    return run
+
+
+def run_with(experiment: Experiment, iterations: int | None, success: list[float]) -> Run:
+    """A queued run whose config sets `runner.iterations` (none: no `runner`), with
+    `success` as its `rollout/success_rate` points."""
+    config = "algorithm: {name: ppo}\n" + (
+        f"runner: {{iterations: {iterations}, seed: 1}}\n" if iterations is not None else ""
+    )
+    run = Run.objects.create(experiment=experiment, revision=experiment.latest_revision,
+                             config_yaml=config)  # fmt: skip
+    if success:
+        key = MetricKey.objects.create(run=run, name="rollout/success_rate")
+        metric_points.copy_points([(key.pk, step, v, 1.7e9) for step, v in enumerate(success)])
     return run

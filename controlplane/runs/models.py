@@ -1,5 +1,8 @@
 """Runs: a frozen config launched as a Ray job, its state machine, events and metrics."""
 
+import json
+
+import yaml
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -53,6 +56,9 @@ class Run(models.Model):
     tags = models.JSONField(default=list, blank=True)
     # The config exactly as the trainer receives it (revision + overrides + cluster).
     config_yaml = models.TextField()
+    # The same, parsed (filled on save): what the runs list's config columns show and
+    # sort by in the database; {} when the text is not a mapping.
+    config = models.JSONField(default=dict, blank=True, editable=False)
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.QUEUED)
     exit_reason = models.TextField(blank=True)
     progress_step = models.PositiveIntegerField(default=0)
@@ -91,6 +97,13 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.experiment.name})"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.config and self.config_yaml:
+            self.config = parsed_config(self.config_yaml)
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "config"}
+        super().save(*args, **kwargs)
 
     @property
     def is_final(self) -> bool:
@@ -218,3 +231,13 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key_id}@{self.step}={self.value}"
+
+
+def parsed_config(text: str) -> dict:
+    """A frozen config's text as the mapping `Run.config` keeps; {} when it is none."""
+    try:
+        parsed = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return {}
+    # What JSON cannot hold (a YAML date) is kept as its text.
+    return json.loads(json.dumps(parsed, default=str)) if isinstance(parsed, dict) else {}

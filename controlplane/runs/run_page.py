@@ -341,7 +341,8 @@ def config_differences(runs: list[Run]) -> list[tuple[str, list[str]]]:
     keys = sorted(set().union(*flat))
     differing = []
     for key in keys:
-        values = [one.get(key, _MISSING) for one in flat]
+        # A key set to null, or to an empty mapping, is as good as absent.
+        values = [_MISSING if one.get(key) in (None, {}) else one[key] for one in flat]
         if any(value != values[0] for value in values):
             differing.append((key, [_shown(value) for value in values]))
     return differing

@@ -9,6 +9,7 @@ from controlplane.access.pages import guarded, refused_status
 from controlplane.experiments.services import config_diff
 from controlplane.runs import artifacts
 from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.compare_summary import compare_summary
 from controlplane.runs.eval_tables import compared_evaluations
 from controlplane.runs.evaluations import EvaluationRefused, request_evaluation
 from controlplane.runs.forms import EvaluateForm
@@ -16,6 +17,7 @@ from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.log_text import as_html
 from controlplane.runs.models import Run, RunKind, RunState
 from controlplane.runs.ray_jobs import RayJobsError
+from controlplane.runs.run_columns import ChosenColumns, offered_keys
 from controlplane.runs.run_filters import RunFilterSet, chosen, problems
 from controlplane.runs.run_logs import downloads_refused, log_download, panel_tail, polls_refused
 from controlplane.runs.run_page import (
@@ -47,13 +49,18 @@ ORDERING_LABELS = {
 
 @guarded
 def run_list(request: HttpRequest) -> HttpResponse:
-    """The runs list: the API's filters and orderings (runs.run_filters), page numbers."""
+    """The runs list: the API's filters and orderings (runs.run_filters), the chosen
+    config and metric columns, sortable (runs.run_columns), page numbers."""
     filterset = RunFilterSet(request.GET, queryset=listed_runs())
     wrong = problems(filterset)
     if wrong:  # the newest runs, and what was wrong
         filterset = RunFilterSet({}, queryset=listed_runs())
-    problem = "; ".join(f"{name}: {text}" for name, text in wrong.items())
-    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    columns = ChosenColumns.from_query(request.GET)
+    problem = "; ".join([*(f"{name}: {text}" for name, text in wrong.items()),
+                         *columns.problems])  # fmt: skip
+    page = Paginator(columns.applied(filterset.qs), PAGE_SIZE).get_page(request.GET.get("page"))
+    for run in page:
+        run.chosen_cells = columns.cells(run)
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -68,6 +75,11 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "states": RunState.values,
             "kinds": RunKind.values,
             "orderings": ORDERING_LABELS,
+            "columns": columns.headers(query),
+            "chosen_specs": [column.spec for column in columns.columns],
+            "sort": request.GET.get("sort", "") if columns.sort else "",
+            "sorted_column": columns.sort,
+            "offered_keys": offered_keys(list(page)),
         },
     )
 
@@ -221,6 +233,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         {
             "runs": runs,
             "compared": [chart_context(run) for run in runs],
+            "summary": compare_summary(runs),
             "differences": differences,
             "differences_error": differences_error,
             "evaluations": compared_evaluations(runs),

@@ -91,8 +91,8 @@ def test_compare_offers_every_logged_key_a_line_per_run(page):
     box = page.locator("#all-metrics")
     box.get_by_label("search metrics").fill("bc/loss")
     loss = wait_drawn(page, "all:bc/loss", lambda d: len(d) == 2, "both runs' lines")
-    assert loss[f"run {runs[0].pk} · sft-a r1"]["x"] == [1, 2, 3, 4]
-    assert loss[f"run {runs[1].pk} · sft-b r1"]["y"] == pytest.approx([4.0, 2.0])
+    assert loss[f"run {runs[0].pk}"]["x"] == [1, 2, 3, 4]  # named in full once, above
+    assert loss[f"run {runs[1].pk}"]["y"] == pytest.approx([4.0, 2.0])
 
 
 def test_a_stopped_runs_success_reads_the_same_everywhere(page):

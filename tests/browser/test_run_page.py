@@ -253,14 +253,30 @@ def test_compare_overlays_two_runs_per_horizon(page):
         feeder.iterations(count)
         feeder.finish()
     page.goto(f"{page.web.url}/runs/compare/?ids={first.pk},{second.pk}")
-    a, b = f"run {first.pk} · compare-a r1", f"run {second.pk} · compare-b r1"
+    # The summary: final and best success overall and per horizon, env steps.
+    summary = page.locator("#compare-summary thead tr").first
+    expect(summary).to_have_text(re.compile(r"Horizon 5\s*Horizon 10\s*Horizon 15"))
+    for run, count in ((first, 6), (second, 4)):
+        last = iteration(count)
+        cells = page.locator(f'#compare-summary tr[data-run="{run.pk}"] td.num')
+        expect(cells.nth(0)).to_have_text(re.compile(r"^\d+ s$"))  # wall time
+        expect(cells.nth(1)).to_have_text(f"{640 * count:,}")  # env steps
+        for index, key in ((2, "rollout/success_rate"), (4, "rollout/plan_success_rate_h5"),
+                           (8, "rollout/plan_success_rate_h15")):  # fmt: skip
+            # final, then best: the rates only grow here
+            expect(cells.nth(index)).to_have_text(f"{last[key]:.2f}")
+            expect(cells.nth(index + 1)).to_have_text(f"{last[key]:.2f}")
+    # Each chart names a run briefly; the one legend above them names it in full.
+    a, b = f"run {first.pk}", f"run {second.pk}"
     success = wait_drawn(page, "compare_success", lambda d: len(d) == 2, "two runs")
     assert success[a]["x"] == steps_up_to(6) and success[b]["x"] == steps_up_to(4)
     assert success[b]["y"] == pytest.approx([s / TOTAL for s in steps_up_to(4)])
     horizons = drawn(page, "compare_success_horizon")
     assert sorted(horizons) == sorted(f"{label} h{h}" for label in (a, b) for h in HORIZONS)
     assert horizons[f"{a} h5"]["x"] == steps_up_to(6)
-    expect(page.locator("#compare-legend li")).to_have_text([f"{a} succeeded", f"{b} succeeded"])
+    expect(page.locator("#compare-legend li")).to_have_text(
+        [f"{a} · compare-a r1 succeeded", f"{b} · compare-b r1 succeeded"]
+    )
     page.locator("#compare-metrics").get_by_label("Episode return").uncheck()
     expect(page.locator('figure[data-chart="compare_return"]')).to_be_hidden()
     expect(page.locator('figure[data-chart="compare_success"]')).to_be_visible()

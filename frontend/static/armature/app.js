@@ -217,11 +217,25 @@ htmx.defineExtension("live-runs", {
     incoming.innerHTML = text;
     for (const row of incoming.content.querySelectorAll("tr[id^=run-row-]")) {
       if (!document.getElementById(row.id) && !placeRow(row)) { row.remove(); continue; }
+      keepChosenCells(row);
       if (fetchingTables) pushedWhileFetching.set(row.id, row.cloneNode(true));
     }
     return incoming.innerHTML;
   },
 });
+// The runs list's chosen columns are this page's own (its query names them): a pushed
+// row, the same for every page, has none, so it gets the cells the shown row had ("—"
+// for a new row), as of when the page was drawn.
+function keepChosenCells(row) {
+  const shown = document.getElementById(row.id);
+  const wanted = shown?.closest("table")?.querySelectorAll("th.chosen").length || 0;
+  const kept = shown ? [...shown.querySelectorAll("td.chosen")] : [];
+  for (let index = 0; index < wanted; index++) {
+    const cell = kept[index]?.cloneNode(true) || document.createElement("td");
+    if (!kept[index]) { cell.className = "chosen num"; cell.textContent = "—"; }
+    row.append(cell);
+  }
+}
 function sameWhereUnchanged(fresh) {
   return [...fresh.childNodes].map((node) => {
     const shown = node.id ? document.getElementById(node.id) : null;

@@ -25,17 +25,19 @@
     return [...found].sort((a, b) => a - b);
   }
 
-  // One line per run (and per horizon where the chart has them), named "run 12 · exp r3".
-  function perRun(key, extraLabel = "") {
+  // One line per run (and per horizon where the chart has them), named "run 12": the
+  // page's one legend above the charts names each run in full ("run 12 · exp r3").
+  const short = (run) => `run ${run.run}`;
+  function perRun(key) {
     return () => stores.map((store, i) => ({
-      store, key, label: `${runs[i].label}${extraLabel}`, color: PALETTE[i % PALETTE.length], dash: [],
+      store, key, label: short(runs[i]), color: PALETTE[i % PALETTE.length], dash: [],
     }));
   }
   const SPECS = [
     { name: "compare_success", title: "Success rate", yRange: [0, 1], linesFor: perRun("rollout/success_rate") },
     { name: "compare_success_horizon", title: "Success rate per planning horizon", yRange: [0, 1],
       linesFor: () => stores.flatMap((store, i) => horizonsOf(runs[i], store).map((h, j) => ({
-        store, key: `rollout/plan_success_rate_h${h}`, label: `${runs[i].label} h${h}`,
+        store, key: `rollout/plan_success_rate_h${h}`, label: `${short(runs[i])} h${h}`,
         color: PALETTE[i % PALETTE.length], dash: DASHES[j % DASHES.length] }))) },
     { name: "compare_return", title: "Episode return", linesFor: perRun("rollout/episode_return") },
     { name: "compare_policy_loss", title: "Policy loss", linesFor: perRun("losses/policy_loss") },
@@ -94,7 +96,7 @@
 
   // Every key any of the runs logged, a line per run.
   const allMetrics = new ArmatureMetricBrowser.MetricBrowser(
-    document.getElementById("all-metrics"), runs.map((run) => ({ run: run.run, label: run.label })), view);
+    document.getElementById("all-metrics"), runs.map((run) => ({ run: run.run, label: short(run) })), view);
   window.addEventListener("resize", throttled(() => allMetrics.resize(), 200));
 
   ArmatureCharts.bindControls(document.getElementById("chart-controls"), view, (what) => {
