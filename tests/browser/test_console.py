@@ -66,10 +66,24 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(page.locator("#camera-pick")).to_have_value("top")  # its one camera
     expect(page.locator("#rtt")).not_to_have_text("—")
 
+    # Buttons that cannot act now are disabled, their title saying why.
+    button = {op: page.locator(f'button[data-op="{op}"]') for op in
+              ("take_over", "release", "request", "clear_stop", "estop")}  # fmt: skip
+    expect(button["take_over"]).to_be_enabled()
+    expect(button["estop"]).to_be_enabled()
+    expect(button["release"]).to_be_disabled()
+    expect(button["release"]).to_have_attribute("title", "you hold no robot to release")
+    expect(button["request"]).to_have_attribute("title", "nobody else holds this robot")
+    expect(button["clear_stop"]).to_be_disabled()
+    expect(button["clear_stop"]).to_have_attribute("title", "the robot is not stopped")
+    expect(page.locator(".camera-legend")).to_contain_text("ringed in white")
+
     # Round trips to the robots beside the whole suite on a 2-core machine: seconds.
     page.keyboard.press("t")
     expect(page.locator("#mode")).to_have_text("human", timeout=30_000)
     expect(page.locator("#holder")).to_have_text("olga")
+    expect(button["take_over"]).to_have_attribute("title", "you hold this robot")
+    expect(button["release"]).to_be_enabled()
     state = robot_state(page)  # held still: a zero action until a key is down
     axis, sign = free_direction(state)
     key = {(0, 1): "d", (0, -1): "a", (1, 1): "w", (1, -1): "s"}[axis, sign]
@@ -103,6 +117,11 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     page.evaluate("window.testPads = []")
     page.keyboard.press("y")
     expect(page.locator("#mode")).to_have_text("policy", timeout=30_000)
+    # A release the robot carried out shows no error (commands on their way when it
+    # landed are refused, and not shown).
+    page.wait_for_timeout(1000)
+    expect(page.locator("#console-error")).to_be_hidden()
+    expect(button["release"]).to_be_disabled()
 
     # 12 real-time iterations: about a minute alone, about five beside the whole suite
     # on a 2-core CI machine.

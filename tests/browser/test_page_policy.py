@@ -132,6 +132,8 @@ def site(browser, web, settings):
     evaluation = evaluated_run(web.url, first, admin)
     watched = Watched(browser, web.url)
     watched.evaluation = evaluation
+    console = (settings.BASE_DIR / "examples/builtin_rlpd_console.yaml").read_text()
+    watched.console_run = submitted_run("console-demo", console)
     yield watched, cluster, experiment, first, second
     watched.page.close()
 
@@ -198,7 +200,7 @@ def test_every_page_loads_under_the_policy_without_a_violation_and_works(site):
 
     watched.open("/robots/")
     watched.open("/console/")
-    watched.open(f"/console/runs/{first.pk}/")
+    watched.open(f"/console/runs/{watched.console_run.pk}/")
     expect(page.locator("#link-state")).to_have_text("no trainer", timeout=15_000)  # socket open
     # Camera frames arrive as data: URLs.
     page.evaluate("""() => { const img = document.getElementById("camera");

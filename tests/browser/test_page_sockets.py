@@ -8,6 +8,7 @@ leave pages by boosted links (`boosted` below makes a page's own link one), the 
 case."""
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from playwright.sync_api import expect
@@ -15,6 +16,8 @@ from playwright.sync_api import expect
 from tests.browser.test_live_controls import Streamer
 from tests.processes import wait_until
 from tests.runs import submitted_run
+
+CONSOLE_CONFIG = (settings.BASE_DIR / "examples/builtin_rlpd_console.yaml").read_text()
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -166,7 +169,7 @@ def test_a_console_left_by_a_boosted_link_closes_its_socket_and_drives_nothing(p
     """The console page's own socket (console.js) ends with the page: after a boosted
     link to the audit, it is closed and stays closed, nothing throws once a second, and
     the console's keys no longer send anything."""
-    run = submitted_run("console-left")
+    run = submitted_run("console-left", CONSOLE_CONFIG)
     page.goto(f"{page.web.url}/console/runs/{run.pk}/")
     wait_until(lambda: open_sockets(page, f"/ws/console/{run.pk}/"), 15, "the console socket")
     page.evaluate("""() => {

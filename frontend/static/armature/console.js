@@ -10,6 +10,7 @@
   const runId = root.dataset.run;
   const operator = root.dataset.operator;
   const canControl = root.dataset.canControl === "true";
+  const isAdmin = root.dataset.admin === "true";
   const $ = (id) => document.getElementById(id);
 
   const MOTIONS = ["x", "y", "z", "roll", "pitch", "yaw"];
@@ -49,6 +50,9 @@
   const pressed = new Set();
   let frames = 0;
   let loop = null;
+  // Release pressed: no command goes out from then on (one already on its way would be
+  // refused once the release lands), until this operator holds a robot again.
+  let letGo = false;
   // Left (the page replaced by another, boosted navigation included): the socket closes
   // and stays closed, and the keys no longer drive anything.
   let left = false;
@@ -139,9 +143,52 @@
     return robots.find((r) => r.robot === selected);
   }
 
-  function holding() {
+  function held() {
     const r = robot();
     return Boolean(r && r.mode === "human" && r.holder === operator);
+  }
+
+  function holding() {
+    return held() && !letGo;
+  }
+
+  function live() {
+    return Boolean(socket && socket.readyState === WebSocket.OPEN && robot() &&
+                   performance.now() - lastStateAt < STALE_MS);
+  }
+
+  // Why a button cannot act now ("" when it can): the robot's safety rules are enforced
+  // where the robot is; this only spares the operator a refusal.
+  function whyNot(op) {
+    const r = robot();
+    if (!live()) return "no robot online: the run's trainer is not stepping robots now";
+    const mine = r.holder === operator;
+    switch (op) {
+      case "take_over":
+        if (r.mode === "e-stopped") return `e-stopped by ${r.holder}: clear the stop first`;
+        if (r.mode === "human") return mine ? "you hold this robot" : `held by ${r.holder}: request control`;
+        return "";
+      case "release":
+        return holding() ? "" : "you hold no robot to release";
+      case "request":
+        return r.mode === "human" && !mine ? "" : "nobody else holds this robot";
+      case "clear_stop":
+        if (r.mode !== "stopped" && r.mode !== "e-stopped") return "the robot is not stopped";
+        if (r.mode === "e-stopped" && r.holder && !mine && !isAdmin) {
+          return `e-stopped by ${r.holder}: only they or an admin may clear it`;
+        }
+        return "";
+      default:
+        return "";
+    }
+  }
+
+  function renderButtons() {
+    root.querySelectorAll("button[data-op]").forEach((button) => {
+      const reason = whyNot(button.dataset.op);
+      button.disabled = Boolean(reason);
+      button.title = reason;
+    });
   }
 
   function send(message) {
@@ -153,6 +200,9 @@
   }
 
   function press(op) {
+    // Keys send whatever the buttons show: the robot's end judges, and answers why not.
+    if (op === "release") letGo = true;
+    if (op === "take_over") letGo = false;
     if (op === "mark_success" || op === "mark_failure") {
       send({ op: "mark", robot: selected, success: op === "mark_success" });
     } else {
@@ -205,6 +255,8 @@
     }
     for (const reply of message.replies) {
       if (reply.operator !== operator) continue;
+      // A command sent just before a release is refused once the release landed.
+      if (!reply.ok && reply.op === "command" && !holding()) continue;
       if (!reply.ok) showError(`${reply.op}: ${reply.error}`);
       else showError("");
     }
@@ -245,7 +297,9 @@
 
   function renderRobot() {
     const r = robot();
+    renderButtons();
     if (!r) return;
+    if (!held()) letGo = false; // the release landed: the next takeover may drive
     if (!holding()) gripperTouched = false; // the next takeover starts from the robot's
     if (!gripperTouched && typeof r.gripper_closed === "boolean") setGripper(r.gripper_closed);
     $("mode").textContent = r.mode;
@@ -344,6 +398,7 @@
     }
     badge.textContent = state;
     badge.className = `badge ${state === "live" ? "up" : state === "no trainer" ? "idle" : "down"}`;
+    renderButtons();
     $("fps").textContent = String(frames);
     frames = 0;
   }
