@@ -54,7 +54,10 @@ def guarded(view: Callable) -> Callable:
 
 
 def refused_status(request: HttpRequest, refused: object) -> int:
-    """A form page (or htmx validation fragment) answering with refused input (`refused`
-    is truthy: the issues, the form's errors) answers 422, so scripts and tests see the
-    refusal; base.html tells htmx to swap 422 fragments in."""
+    """A form page answering with refused input (`refused` is truthy: the issues, the
+    form's errors) answers 422, so scripts and tests see the refusal. An htmx fragment
+    (validation as you type) answers 200 with the issues in it: the browser logs every
+    4xx of a script's request as a console error, one per keystroke here."""
+    if request.headers.get("HX-Request") == "true":
+        return 200
     return 422 if request.method == "POST" and refused else 200

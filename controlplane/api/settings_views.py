@@ -2,6 +2,7 @@
 again, shown once, with an expiry no later than the longest lifetime —, list with last
 use and expiry, revoke)."""
 
+import secrets
 from datetime import datetime, timedelta
 
 from django import forms
@@ -19,6 +20,14 @@ from controlplane.api import tokens
 from controlplane.api.models import ApiToken
 
 EXPIRY_DAYS = {7: "in 7 days", 30: "in 30 days", 90: "in 90 days", 365: "in a year"}
+ONCE_KEY = "armature.token-forms"
+ONCE_KEPT = 5  # forms drawn and not yet sent, kept per session (several tabs)
+
+
+def _issue_once(request: HttpRequest) -> str:
+    once = secrets.token_urlsafe(16)
+    request.session[ONCE_KEY] = [*request.session.get(ONCE_KEY, [])[-(ONCE_KEPT - 1) :], once]
+    return once
 
 
 def expiry_choices() -> list[tuple[str, str]]:
@@ -43,11 +52,34 @@ class TokenForm(forms.Form):
         widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
     )
 
+    # One use per form drawn: a reload of the page that showed a new token sends the
+    # same form again, which must not make a second token. The page is not redirected to
+    # instead: the plain token would have to be kept (session, URL) to survive it.
+    once = forms.CharField(widget=forms.HiddenInput, required=False)
+
     def __init__(self, *args, request: HttpRequest, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.request = request
         offered = [value for value, _ in expiry_choices()]
         self.fields["expires"].initial = "90" if "90" in offered else offered[-1]
+        if not self.is_bound:
+            self.fields["once"].initial = _issue_once(request)
+
+    def clean_once(self) -> str:
+        once = self.cleaned_data["once"]
+        issued = self.request.session.get(ONCE_KEY, [])
+        if once not in issued:
+            raise forms.ValidationError(
+                "This form was sent already (the page reloaded?): the token it made is "
+                "listed above, its secret shown only that once. Fill the form in again "
+                "for another token."
+            )
+        return once
+
+    def use_once(self) -> None:
+        """Spend the form's one use (once it made a token)."""
+        issued = self.request.session.get(ONCE_KEY, [])
+        self.request.session[ONCE_KEY] = [v for v in issued if v != self.cleaned_data["once"]]
 
     def clean_password(self) -> str:
         """The session's user's own password, checked as a login is (failures count
@@ -90,6 +122,7 @@ def create_token(request: HttpRequest) -> HttpResponse:
         return _page(request, form, status=400)
     # Rendered straight away rather than redirected to: the plain token must not be
     # kept anywhere (session, URL) to survive a redirect.
+    form.use_once()
     _, plain = tokens.create_token(
         request.user, form.cleaned_data["name"], expires_at=form.expires_at()
     )

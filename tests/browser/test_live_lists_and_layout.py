@@ -34,7 +34,8 @@ def session(browser, stack_factory, settings):
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     errors: list[str] = []
-    # Refused input answers 422 by design, which Chromium logs as a failed load.
+    # A refused form submitted as a whole page answers 422 by design, which Chromium logs
+    # as a failed load (as-you-type fragments answer 200).
     page.on(
         "console",
         lambda m: (

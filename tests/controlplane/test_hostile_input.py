@@ -107,7 +107,7 @@ def test_cluster_edit_page_refuses(page, lab, text, says):
 @pytest.mark.parametrize(("text", "says"), HOSTILE)
 def test_cluster_validate_fragment_refuses(page, text, says):
     response = page.post("/cluster/validate/", {"yaml_text": text}, HTTP_HX_REQUEST="true")
-    assert response.status_code == 422
+    assert response.status_code == 200  # htmx's: the issues in the fragment, no 4xx logged
     body = response.content.decode()
     assert says in body and "yaml.limit" in body
 

@@ -40,6 +40,15 @@ def test_the_api_docs_are_served_without_a_cdn(user_client):
     assert user_client.get("/api/v1/schema/").status_code == 200
 
 
+@pytest.mark.parametrize("path", ["/no/such/page/", "/api/v1/docs/"])
+def test_the_not_found_and_api_docs_pages_carry_the_navigation(user_client, path):
+    response = user_client.get(path)
+    html = response.content.decode()
+    assert response.status_code == (404 if "such" in path else 200)
+    assert '<nav aria-label="Main">' in html and '<a href="/runs/" >Runs</a>' in html
+    assert "Log out" in html and "/static/armature/topbar.css" in html
+
+
 def test_the_api_schema_needs_credentials(client):
     response = client.get("/api/v1/schema/")
     assert response.status_code == 401

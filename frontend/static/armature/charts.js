@@ -149,6 +149,17 @@ const ArmatureCharts = (() => {
     return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
   }
 
+  // Tick steps of a counted axis: whole numbers only.
+  const WHOLE_STEPS = [];
+  for (let power = 1; power <= 1e12; power *= 10) WHOLE_STEPS.push(power, 2 * power, 5 * power);
+
+  // A y axis as wide as its longest tick label (and its title), so none is cut off.
+  function fitLabels(u, values, axisIndex) {
+    const longest = Math.max(0, ...(values || []).map((v) => String(v).length));
+    const titled = u.axes[axisIndex].label ? 18 : 0;
+    return Math.max(40, 14 + 7 * longest + titled);
+  }
+
   // One chart. `linesFor()` answers the lines to draw now: [{store, key, label, color,
   // dash, scale}]; when that list changes (a new horizon, a run's data arrives) the
   // uPlot instance is rebuilt, otherwise only its data is replaced.
@@ -190,19 +201,22 @@ const ArmatureCharts = (() => {
       const scales = { x: { time: false }, y: this.spec.yRange ? { range: this.spec.yRange } : {} };
       const axes = [
         { label: X_LABELS[this.view.xMode],
+          // Iterations and env steps count: a chart of a few points has ticks 1, 2, 3.
+          ...(this.view.xMode === "wall_time" ? {} : { incrs: WHOLE_STEPS }),
           values: (u, ticks) => ticks.map((v) => (this.view.xMode === "wall_time" ? formatDuration(v) : formatNumber(v))) },
-        { scale: "y", values: (u, ticks) => ticks.map(formatNumber), size: 56 },
+        { scale: "y", values: (u, ticks) => ticks.map(formatNumber), size: fitLabels },
       ];
       lines.forEach((line) => {
         const scale = line.scale || "y";
         if (scale !== "y" && !scales[scale]) {
           scales[scale] = {};
-          axes.push({ scale, side: 1, values: (u, ticks) => ticks.map(formatNumber), size: 56,
+          axes.push({ scale, side: 1, values: (u, ticks) => ticks.map(formatNumber), size: fitLabels,
             grid: { show: false }, label: line.label });
         }
         const base = series.length;
+        // Points where they are few (uPlot's own rule): a one-point series is seen.
         series.push({ label: line.label, stroke: line.color, dash: line.dash, width: 1.6,
-          scale, spanGaps: true, points: { show: false }, value: (u, v) => formatNumber(v) });
+          scale, spanGaps: true, points: { size: 5 }, value: (u, v) => formatNumber(v) });
         const edge = { label: `${line.label} min`, stroke: "transparent", width: 0, scale,
           spanGaps: true, points: { show: false }, value: (u, v) => formatNumber(v) };
         series.push({ ...edge }, { ...edge, label: `${line.label} max` });

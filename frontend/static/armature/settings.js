@@ -20,3 +20,9 @@ document.addEventListener("submit", (event) => {
   const message = event.target.dataset.confirm;
   if (message && !window.confirm(message)) event.preventDefault();
 });
+// The page that shows a new token answered the form's POST: its address becomes the
+// settings page's, so a reload asks for the page and sends the form no second time.
+const settingsForm = document.getElementById("token-create");
+if (document.getElementById("new-token") && settingsForm?.dataset.settingsUrl) {
+  history.replaceState(null, "", settingsForm.dataset.settingsUrl);
+}

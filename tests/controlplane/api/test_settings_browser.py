@@ -47,6 +47,11 @@ def test_it_creates_copies_and_revokes_a_token(browser, stack_factory):
     expect(page.locator("[data-copy-status]")).to_have_text("Copied.")
     assert page.evaluate("navigator.clipboard.readText()") == token
     assert api_status(url, token) == 200
+    # The page's address is the settings page's: a reload sends no form again.
+    assert page.url == url + "/settings/"
+    page.reload()
+    expect(page.locator("#new-token")).to_have_count(0)
+    expect(page.locator("#token-list tbody tr", has_text="laptop")).to_have_count(1)
 
     row = page.locator("#token-list tbody tr", has_text="laptop")
     page.once("dialog", lambda dialog: dialog.dismiss())

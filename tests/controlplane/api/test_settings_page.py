@@ -20,6 +20,15 @@ PASSWORD = "pw-ada-123"
 TOKEN = re.compile(r'<code id="new-token">(arm_[a-z0-9]+_[A-Za-z0-9]+)</code>')
 
 
+ONCE = re.compile(r'name="once" value="([^"]+)"')
+
+
+def post_form(client: Client, data: dict):
+    """The token form sent as the settings page draws it (with its one-use field)."""
+    once = ONCE.search(client.get("/settings/").content.decode()).group(1)
+    return client.post("/settings/tokens", {**data, "once": once})
+
+
 @pytest.fixture
 def user():
     ada = get_user_model().objects.create_user("ada", password=PASSWORD)
@@ -48,8 +57,8 @@ def test_it_shows_the_role_and_the_nav_link(browser_client):
 
 
 def test_it_creates_a_token_shown_once_that_works(browser_client, user):
-    created = browser_client.post(
-        "/settings/tokens", {"name": "GitHub CI", "expires": "365", "password": PASSWORD}
+    created = post_form(
+        browser_client, {"name": "GitHub CI", "expires": "365", "password": PASSWORD}
     )
     assert created.status_code == 200
     assert "no-store" in created["Cache-Control"]
@@ -69,9 +78,7 @@ def test_it_creates_a_token_shown_once_that_works(browser_client, user):
 
 
 def test_a_token_needs_a_name(browser_client):
-    response = browser_client.post(
-        "/settings/tokens", {"name": "", "expires": "30", "password": PASSWORD}
-    )
+    response = post_form(browser_client, {"name": "", "expires": "30", "password": PASSWORD})
     assert response.status_code == 400
     assert "This field is required." in response.content.decode()
     assert not ApiToken.objects.exists()
@@ -109,9 +116,7 @@ def test_it_neither_lists_nor_revokes_someone_elses_token(browser_client):
 @pytest.mark.parametrize(("choice", "days"), [("7", 7), ("30", 30), ("90", 90), ("365", 365)])
 def test_a_token_can_be_given_an_expiry(browser_client, user, choice, days):
     before = timezone.now()
-    created = browser_client.post(
-        "/settings/tokens", {"name": "CI", "expires": choice, "password": PASSWORD}
-    )
+    created = post_form(browser_client, {"name": "CI", "expires": choice, "password": PASSWORD})
     assert created.status_code == 200
     token = ApiToken.objects.get(user=user)
     lifetime = timedelta(days=days)
@@ -128,9 +133,7 @@ def test_the_form_offers_expiries_with_90_days_first_chosen(browser_client):
 
 
 def test_an_unknown_expiry_is_refused(browser_client):
-    response = browser_client.post(
-        "/settings/tokens", {"name": "CI", "expires": "forever", "password": PASSWORD}
-    )
+    response = post_form(browser_client, {"name": "CI", "expires": "forever", "password": PASSWORD})
     assert response.status_code == 400
     assert not ApiToken.objects.exists()
 
@@ -152,9 +155,7 @@ def test_the_list_shows_last_use_and_expiry(browser_client, user):
 
 def test_creating_a_token_asks_for_the_password_again(browser_client):
     for password in ("", "not-it"):
-        refused = browser_client.post(
-            "/settings/tokens", {"name": "CI", "expires": "30", "password": password}
-        )
+        refused = post_form(browser_client, {"name": "CI", "expires": "30", "password": password})
         assert refused.status_code == 400
     assert "That is not your password." in refused.content.decode()
     assert not ApiToken.objects.exists()
@@ -194,6 +195,22 @@ def test_no_token_outlives_the_longest_lifetime(user, settings):
     page = client.get("/settings/").content.decode()
     assert '<option value="30" selected>in 30 days</option>' in page
     assert 'value="90"' not in page and 'value="365"' not in page
-    refused = client.post("/settings/tokens", {"name": "CI", "expires": "365",
+    refused = post_form(client, {"name": "CI", "expires": "365",
                                                "password": PASSWORD})  # fmt: skip
     assert refused.status_code == 400
+
+
+def test_a_sent_form_makes_one_token_however_often_it_is_sent_again(browser_client, user):
+    once = ONCE.search(browser_client.get("/settings/").content.decode()).group(1)
+    form = {"name": "CI", "expires": "30", "password": PASSWORD, "once": once}
+    assert TOKEN.search(browser_client.post("/settings/tokens", form).content.decode())
+    again = browser_client.post("/settings/tokens", form)  # a reload of the page shown
+    assert again.status_code == 400 and "This form was sent already" in again.content.decode()
+    assert ApiToken.objects.filter(user=user).count() == 1
+    # A refused form (a wrong password) keeps its use for the next try.
+    once = ONCE.search(browser_client.get("/settings/").content.decode()).group(1)
+    wrong = {**form, "once": once, "password": "not-it"}
+    assert browser_client.post("/settings/tokens", wrong).status_code == 400
+    assert TOKEN.search(browser_client.post("/settings/tokens", {**wrong, "password": PASSWORD})
+                        .content.decode())  # fmt: skip
+    assert ApiToken.objects.filter(user=user).count() == 2
