@@ -84,6 +84,7 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     expect(page.locator("#holder")).to_have_text("olga")
     expect(button["take_over"]).to_have_attribute("title", "you hold this robot")
     expect(button["release"]).to_be_enabled()
+    page.screenshot(path=str(page.stack.log_dir / "console.png"), full_page=True)
     state = robot_state(page)  # held still: a zero action until a key is down
     axis, sign = free_direction(state)
     key = {(0, 1): "d", (0, -1): "a", (1, 1): "w", (1, -1): "s"}[axis, sign]

@@ -3,6 +3,8 @@ loss has a panel and PPO's losses none; "All metrics" charts any logged key, gro
 prefix and found by search, live; compare offers the same keys, a line per run. And the
 run's one success figure reads the same on its page, Home, the runs list and the API."""
 
+import re
+
 import pytest
 from django.conf import settings
 from playwright.sync_api import expect
@@ -53,6 +55,9 @@ def test_an_sft_run_charts_its_loss_and_all_metrics_finds_any_key_live(page):
     assert bc["loss"]["y"] == pytest.approx([4.0, 2.0, 4 / 3])
     assert bc["NLL per action dim"]["y"] == pytest.approx([4 / 7, 2 / 7, 4 / 21])
     expect(page.locator('figure[data-chart="bc_loss"]')).to_be_visible()
+    # Three iterations: the x axis ticks at whole iterations only (uPlot's tick labels).
+    ticks = page.evaluate("armatureCharts.bc_loss.axes[0]._values")
+    assert ticks and all(re.fullmatch(r"\d+", tick) for tick in ticks), ticks
     for panel in PPO_PANELS:  # logged nothing: not drawn, no empty "—" legends
         expect(page.locator(f'figure[data-chart="{panel}"]')).to_be_hidden()
     expect(page.locator("#charts-empty")).to_be_hidden()
