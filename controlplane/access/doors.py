@@ -102,6 +102,8 @@ DOORS: dict[str, Door] = {
     "run-resume": page("resume an interrupted or cancelled run", POST=OPERATOR),
     "run-evaluate": page("evaluate a run's checkpoint (launches an eval run)", POST=OPERATOR),
     "run-file": page("download one of a run's files", GET=VIEWER),
+    "run-episodes": page("a run's recorded episodes, filtered (its page's grid)", GET=VIEWER),
+    "run-episode-video": page("one recorded episode's video (Range for seeking)", GET=VIEWER),
     "run-diff": page("config diff of two runs", GET=VIEWER),
     "run-compare": page("charts of several runs overlaid", GET=VIEWER),
     "experiment-list": page("experiments; create one", GET=VIEWER, POST=OPERATOR),

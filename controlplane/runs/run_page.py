@@ -137,7 +137,8 @@ def parse_seen(text: str) -> dict[str, str]:
 
 def recent_events(run: Run) -> list[RunEvent]:
     """The newest events, oldest first."""
-    newest = run.events.order_by("-created_at", "-pk")[:EVENTS_SHOWN]
+    # Recorded episodes have a section of their own (and there may be hundreds).
+    newest = run.events.exclude(kind="episode").order_by("-created_at", "-pk")[:EVENTS_SHOWN]
     return list(reversed(newest))
 
 

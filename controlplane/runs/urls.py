@@ -11,5 +11,11 @@ urlpatterns = [
     path("runs/<int:run_id>/resume/", views.run_resume, name="run-resume"),
     path("runs/<int:run_id>/evaluate/", views.run_evaluate, name="run-evaluate"),
     path("runs/<int:run_id>/files/<path:path>", views.run_file, name="run-file"),
+    path("runs/<int:run_id>/episodes/", views.run_episodes, name="run-episodes"),
+    path(
+        "runs/<int:run_id>/episodes/<str:name>.mp4",
+        views.run_episode_video,
+        name="run-episode-video",
+    ),  # fmt: skip
     path("runs/<int:run_id>/diff/<int:other_id>/", views.run_diff, name="run-diff"),
 ]

@@ -10,6 +10,7 @@ from controlplane.experiments.services import config_diff
 from controlplane.runs import artifacts
 from controlplane.runs.cancellation import request_cancel
 from controlplane.runs.compare_summary import compare_summary
+from controlplane.runs.episodes import EpisodeNotFound, episode_grid, open_video, video_response
 from controlplane.runs.eval_tables import compared_evaluations
 from controlplane.runs.evaluations import EvaluationRefused, request_evaluation
 from controlplane.runs.forms import EvaluateForm
@@ -200,6 +201,24 @@ def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
     except artifacts.ArtifactNotFound:
         raise Http404(f"run {run.pk} has no file {path!r}") from None
     return artifacts.download_response(found, path)
+
+
+@guarded
+def run_episodes(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's episode grid (htmx: on its filters' change, and every few
+    seconds for new episodes)."""
+    run = get_object_or_404(Run, pk=run_id)
+    return render(request, "runs/_episodes.html", episode_grid(run, request.GET))
+
+
+@guarded
+def run_episode_video(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    try:
+        found = open_video(run, name)
+    except EpisodeNotFound:
+        raise Http404(f"run {run.pk} has no episode video {name!r}") from None
+    return video_response(request, found)
 
 
 @guarded

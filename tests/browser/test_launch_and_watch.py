@@ -66,6 +66,12 @@ def test_a_launched_run_goes_live_to_succeeded(page):
     expect(card.locator("tr", has_text="Hidden sizes")).to_contain_text("64, 64")
     trained = card.locator("tr", has_text="Trainable parameters").locator("td").inner_text()
     assert int(trained.replace(",", "")) > 1000
+    # The example records two episodes of iteration 1's task: the real trainer's videos.
+    episodes = page.locator("#run-episodes figure.episode")
+    expect(episodes).to_have_count(2, timeout=20_000)
+    expect(episodes.first.locator("figcaption")).to_contain_text("iteration 1")
+    video = episodes.first.locator("video")
+    page.wait_for_function("v => v.readyState >= 1 && v.duration > 0", arg=video.element_handle())
     page.screenshot(path=str(page.stack.log_dir / "run.png"), full_page=True)
     page.goto(page.stack.url + "/runs/")
     expect(page.locator("tr[data-state=succeeded]")).to_have_count(1)

@@ -180,6 +180,7 @@ def _train(args: argparse.Namespace, link: Link) -> int:
             runner = OnPolicyRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
                 on_recovery=reporter.recovered, link=link, on_episodes=reporter.on_episodes,
+                on_video=reporter.episode_video,
             )  # fmt: skip
             reporter.model(model_card(runner.algorithm.policy, config.actor.model))
         try:

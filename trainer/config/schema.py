@@ -627,6 +627,26 @@ class AlgorithmConfig(Section):
     bc: BCConfig = BCConfig()
 
 
+class VideosConfig(Section):
+    every: int = Field(
+        0, ge=0, description="Iterations between those whose episodes are recorded as "
+        "videos (the first iteration and every N-th); 0: no videos.",
+    )  # fmt: skip
+    per_task: PositiveInt = Field(
+        2, le=64, description="Episodes recorded per task in a recorded iteration, "
+        "failures and successes in turn while both are there.",
+    )  # fmt: skip
+    fps: PositiveInt = Field(10, le=60, description="Frames a second of the videos.")
+    size: PositiveInt = Field(
+        128, ge=16, le=1024, description="Side in pixels of a rendered picture (the "
+        "built-in env's); cameras (LIBERO's) keep their own size.",
+    )  # fmt: skip
+    max_mb: PositiveInt = Field(
+        200, description="The run's disk budget for videos: past it, each task's middle "
+        "episodes are thinned (its first and newest kept).",
+    )  # fmt: skip
+
+
 class RunnerConfig(Section):
     iterations: PositiveInt = Field(100, description="Training iterations (one task each).")
     seed: int = Field(0, description="Seeds weights, sampling and shuffling.")
@@ -642,6 +662,7 @@ class RunnerConfig(Section):
     )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
     torch_threads: PositiveInt | None = Field(None, description="null: torch's default.")
+    videos: VideosConfig = VideosConfig()
 
 
 class ExperimentConfig(Section):

@@ -194,6 +194,10 @@ class BuiltinReachEnv(VectorEnv):
             raise ValueError(f"copy {copy} is not in 0..{self.num_envs - 1}")
         return self._frames(torch.tensor([copy]), size)[0]
 
+    def render_copies(self, copies: torch.Tensor, size: int = 96) -> torch.Tensor:
+        """`render` for the copies `copies`, `[n, size, size, 3]` uint8 (episode videos)."""
+        return self._frames(copies, size)
+
     def _frames(self, copies: torch.Tensor, size: int) -> torch.Tensor:
         """`render` for several copies at once, `[n, size, size, 3]` uint8: the same
         pictures in one batch of tensor ops (the rollout draws every copy each step)."""

@@ -37,11 +37,11 @@ log = logging.getLogger(__name__)
 PROTOCOL_VERSION = 1
 EVENT_KINDS = (
     "started", "placed", "model", "iteration", "checkpoint", "recovered", "evaluated",
-    "stopped", "finished", "failed", "takeover", "estop",
+    "stopped", "finished", "failed", "takeover", "estop", "episode",
 )  # fmt: skip
 EventKind = Literal[
     "started", "placed", "model", "iteration", "checkpoint", "recovered", "evaluated",
-    "stopped", "finished", "failed", "takeover", "estop",
+    "stopped", "finished", "failed", "takeover", "estop", "episode",
 ]  # fmt: skip
 
 MAX_VALUES_PER_MESSAGE = 1000
@@ -211,6 +211,8 @@ class Event(_Message):
             _check(TakeoverData, self.data, "data")
         if self.kind == "estop":
             _check(EstopData, self.data, "data")
+        if self.kind == "episode":
+            _check(EpisodeData, self.data, "data")
         if self.kind != "finished":
             return self
         summary = self.data.get("summary")
@@ -337,6 +339,40 @@ class EstopData(_Strict):
     at: WallTime  # time.time() on the trainer
     stopped_by: str | None = Field(None, max_length=150)  # cleared: who had pressed it
     override: bool = False  # cleared by an admin, not by who pressed it
+
+
+# An episode's steps: each with who acted and its reward (a few thousand at most: an
+# episode is at most env.max_episode_steps decisions).
+MAX_EPISODE_STEPS = 4096
+
+
+class EpisodeData(_Strict):
+    """An `episode` event's data: one recorded episode video (trainer.videos), as the
+    line of the run's `videos/index.jsonl`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,100}$")
+    file: str = Field(pattern=r"^[A-Za-z0-9_-]{1,100}\.mp4$")
+    task: Count
+    task_name: str = Field("", max_length=500)
+    success: bool
+    # "return" is a Python keyword: the field keeps the record's own name.
+    episode_return: float = Field(alias="return")
+    length: Count
+    actors: list[Literal["policy", "human", "held"]] = Field(max_length=MAX_EPISODE_STEPS)
+    rewards: list[float] = Field(max_length=MAX_EPISODE_STEPS)
+    human_steps: Count
+    bytes: Count
+    iteration: Count | None = None
+    init_state: Count | None = None
+    horizon: Count | None = None
+
+    @model_validator(mode="after")
+    def _file_is_its_name(self) -> EpisodeData:
+        if self.file != f"{self.name}.mp4":
+            raise ValueError("file must be the episode's name followed by .mp4")
+        if len(self.actors) != self.length or len(self.rewards) != self.length:
+            raise ValueError("actors and rewards must have one entry per step (length)")
+        return self
 
 
 _SUMMARY = TypeAdapter(

@@ -37,6 +37,10 @@ class RunReporter:
         """Where the run's processes are (node, pid, devices, interpreter)."""
         self.link.event("placed", {"processes": processes})
 
+    def episode_video(self, record: dict[str, Any]) -> None:
+        """A recorded episode (trainer.videos): the pages list it from this event."""
+        self.link.event("episode", record)
+
     def model(self, card: dict[str, Any]) -> None:
         """The policy's model card (trainer.models.card), once it is built."""
         self.link.event("model", card)

@@ -13,6 +13,7 @@ from trainer.algorithms.group_filter import informative_groups
 from trainer.algorithms.on_policy import OnPolicyAlgorithm, RolloutState
 from trainer.data.rollout_storage import Trajectories, concat_trajectories
 from trainer.envs.vector_env import VectorEnv
+from trainer.videos.capture import RoundCapture
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,11 @@ def run_round(
     first_group_index: int = 0,
     group_size: int = 1,
     stages: int = 1,
+    capture: RoundCapture | None = None,
 ) -> Trajectories:
     """Every env slot runs one episode of ``task_id`` from its init state. With
-    ``stages`` > 1 the copies are stepped in pipeline stages (`_pipelined_round`)."""
+    ``stages`` > 1 the copies are stepped in pipeline stages (`_pipelined_round`).
+    `capture` records a few copies' pictures for episode videos (one stage only)."""
     # What the CPU envs are told; the algorithm moves what it keeps to its device.
     indices = torch.tensor(init_state_indices, dtype=torch.long, device="cpu")
     groups = first_group_index + torch.arange(env.num_envs, device="cpu") // group_size
@@ -39,10 +42,14 @@ def run_round(
         )
     obs = env.reset(task_id, env.init_states(task_id)[indices])
     algorithm.start_round(horizons, num_steps)
+    if capture is not None:
+        capture.start()
     ended = torch.zeros(env.num_envs, dtype=torch.bool, device="cpu")
     for _ in range(num_steps):
         step = env.step(algorithm.act(obs))
         algorithm.process_env_step(step)
+        if capture is not None:
+            capture.step(step)
         ended |= step.done
         obs = step.obs
         if bool(ended.all()):

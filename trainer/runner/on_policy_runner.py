@@ -57,6 +57,8 @@ from trainer.runner.loop import (
     RecoveryCallback,
     TrainingLoop,
 )
+from trainer.videos.capture import Pictures, RoundCapture, pictures_of
+from trainer.videos.recorder import EpisodeRecorder
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,12 @@ class OnPolicyRunner(TrainingLoop):
         link: Link | None = None,
         on_episodes: EpisodesCallback | None = None,
         robots: RobotSlice | None = None,
+        on_video: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """`env`: the rank's env when it is not built here (placed env workers).
         `link`: the link the operator console's commands arrive by (the run's, or a
-        placed rank's robot link, whose copies are `robots` of the run's)."""
+        placed rank's robot link, whose copies are `robots` of the run's).
+        `on_video`: told each recorded episode's record (`runner.videos`)."""
         super().__init__(config, output_dir, collective, on_metrics, on_checkpoint, on_episodes)
         rank = self.collective.rank
         self.on_recovery = on_recovery
@@ -101,6 +105,49 @@ class OnPolicyRunner(TrainingLoop):
         chunk = config.actor.model.num_action_chunks
         self.steps_per_episode = -(-config.env.max_episode_steps // chunk)
         self.next_group_index = 0
+        self.recorder, self.pictures = self._episode_recorder(on_video)
+        self.videos_this_iteration = 0
+
+    def _episode_recorder(
+        self, on_video: Callable[[dict[str, Any]], None] | None
+    ) -> tuple[EpisodeRecorder | None, Pictures | None]:
+        """Rank 0 records episode videos of the copies it steps itself, when the env
+        pictures them (not through placed env workers or pipeline stages yet)."""
+        videos = self.config.runner.videos
+        if not videos.every or self.collective.rank or self.config.rollout.pipeline_stages > 1:
+            return None, None
+        pictures = pictures_of(self.env, videos.size)
+        if pictures is None:
+            log.info("runner.videos: this env gives no pictures; no videos are recorded")
+            return None, None
+        folder = self.output_dir / "videos"
+        return EpisodeRecorder(folder, videos.fps, videos.max_mb * 2**20, on_episode=on_video), (
+            pictures
+        )
+
+    def _round_capture(
+        self, task_id: int, indices: list[int], horizons: torch.Tensor
+    ) -> RoundCapture | None:
+        """What of the next round to record: the first copies, while this iteration's
+        task still wants episodes (the first iteration and every `videos.every`-th)."""
+        videos = self.config.runner.videos
+        iteration = self.iteration + 1
+        wanted = videos.per_task - self.videos_this_iteration
+        if self.recorder is None or (iteration - 1) % videos.every or wanted <= 0:
+            return None
+        copies = list(range(min(self.env.num_envs, 2 * wanted)))
+        task_name = self.env.task_name(task_id)
+        info = [
+            {"iteration": iteration, "init_state": int(indices[copy]),
+             "horizon": int(horizons[copy]), "task_name": task_name}
+            for copy in copies
+        ]  # fmt: skip
+        group = self.next_group_index
+
+        def name(copy: int) -> str:
+            return f"i{iteration:06d}-t{task_id}-g{group}-c{copy}"
+
+        return RoundCapture(self.pictures, copies, task_id, info, name)
 
     # ----- one iteration ---------------------------------------------------------
     def _next_round(self, task_id: int) -> Trajectories:
@@ -119,6 +166,7 @@ class OnPolicyRunner(TrainingLoop):
             algorithm_config.group_size,
             self.next_group_index,
         )
+        capture = self._round_capture(task_id, indices, horizons)
         trajectories = run_round(
             self.env,
             self.algorithm,
@@ -129,8 +177,14 @@ class OnPolicyRunner(TrainingLoop):
             self.next_group_index,
             algorithm_config.group_size,
             self.config.rollout.pipeline_stages,
+            capture,
         )
         self.next_group_index += self.config.env.num_parallel_envs
+        if capture is not None:
+            wanted = self.config.runner.videos.per_task - self.videos_this_iteration
+            for clip in capture.clips(wanted):
+                self.recorder.submit(clip)  # dropped (and counted) when it falls behind
+                self.videos_this_iteration += 1
         return trajectories
 
     def _collect_with_retries(self, task_id: int) -> CollectedBatch:
@@ -167,6 +221,7 @@ class OnPolicyRunner(TrainingLoop):
 
     def train_iteration(self) -> dict[str, float]:
         task_id = self.task_cursor.current()
+        self.videos_this_iteration = 0
         started = time.monotonic()
         if task_id is None:  # no task on this rank: nothing to collect
             collected = None
@@ -228,8 +283,16 @@ class OnPolicyRunner(TrainingLoop):
         return metrics
 
     def close(self) -> None:
-        """Stop env workers, if the env has any, and the console, if it has one."""
+        """Stop env workers, if the env has any, and the console, if it has one; finish
+        the episode videos queued."""
         close_env(self.env)
+        if self.recorder is not None:
+            stats = self.recorder.close()
+            if stats.dropped or stats.failed:
+                log.warning(
+                    "episode videos: %d recorded, %d dropped (the encoder fell behind), "
+                    "%d failed", stats.recorded, stats.dropped, stats.failed,
+                )  # fmt: skip
 
     # ----- checkpoints -------------------------------------------------------------
     def rank_state(self) -> dict[str, Any]:

@@ -1,0 +1,25 @@
+// Episode videos (frontend/templates/runs/_episodes.html): the step timeline under each
+// video shows where playback is, and a click on it seeks there.
+(() => {
+  "use strict";
+  const timelineOf = (video) => video.closest("figure.episode")?.querySelector("svg.episode-steps");
+
+  // Media events do not bubble: caught on their way down.
+  document.addEventListener("timeupdate", (event) => {
+    const video = event.target;
+    if (!(video instanceof HTMLVideoElement) || !video.duration) return;
+    const svg = timelineOf(video);
+    if (!svg) return;
+    const steps = svg.viewBox.baseVal.width;
+    const x = Math.min(steps, (video.currentTime / video.duration) * steps);
+    svg.querySelector(".cursor").setAttribute("x", String(x));
+  }, true);
+
+  document.addEventListener("click", (event) => {
+    const svg = event.target.closest?.("svg.episode-steps");
+    const video = svg?.closest("figure.episode")?.querySelector("video");
+    if (!video || !video.duration) return;
+    const box = svg.getBoundingClientRect();
+    video.currentTime = ((event.clientX - box.left) / box.width) * video.duration;
+  });
+})();
