@@ -169,8 +169,9 @@ def test_what_a_trainer_could_not_deliver_is_ingested_from_its_spool(run):
     assert trainer.returncode == 0, output
     assert "stay in" in output  # the link said where it left them
     assert stored_steps(run) == []
-    # started, placed, model, 3 × (metrics, progress), checkpoint, finished
-    assert ingest_spools(run).stored == 3 + 3 * 2 + 1 + 1
+    # started, placed, model, 3 × (metrics, progress), checkpoint, finished, and the
+    # example's two episode videos of iteration 1
+    assert ingest_spools(run).stored == 3 + 3 * 2 + 1 + 1 + 2
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED and run.exit_reason == "the trainer finished"
     assert 0 <= run.summary["rollout/success_rate"] <= 1 and run.progress_step == 3

@@ -207,10 +207,12 @@ def test_two_runs_of_the_same_config_keep_separate_complete_outputs(live):
 
         listed = api.get(f"/api/v1/runs/{run.pk}/artifacts").json()
         (events,) = (folder / "tensorboard").glob("events.out.tfevents.*")
+        videos = sorted(path.relative_to(folder) for path in (folder / "videos").iterdir())
+        assert len(videos) == 3  # the example's two episodes of iteration 1, their index
         assert {f["path"]: f["size"] for f in listed} == {
             str(path): (folder / path).stat().st_size
             for path in ("checkpoints/iter_000003.pt", "config.yaml", "metrics.jsonl",
-                         events.relative_to(folder))
+                         events.relative_to(folder), *videos)
         }  # fmt: skip
         download = api.get(f"/api/v1/runs/{run.pk}/artifacts/metrics.jsonl")
         assert b"".join(download) == (folder / "metrics.jsonl").read_bytes()

@@ -232,7 +232,8 @@ def test_the_run_command_reports_its_run_and_trains_as_it_does_alone(
     tmp_path, monkeypatch, servers
 ):
     server = servers()
-    arguments = ["runner.iterations=2", "runner.checkpoint_every=1"]
+    # No videos: their events come from the recorder's thread, in no fixed place.
+    arguments = ["runner.iterations=2", "runner.checkpoint_every=1", "runner.videos.every=0"]
     assert _run_cli(tmp_path / "linked", monkeypatch, server.url, *arguments) == 0
     assert _run_cli(tmp_path / "alone", monkeypatch, None, *arguments) == 0
     assert _metrics_without_timing(tmp_path / "linked" / "metrics.jsonl") == (
