@@ -106,6 +106,9 @@ DOORS: dict[str, Door] = {
     "run-episode-video": page("one recorded episode's video (Range for seeking)", GET=VIEWER),
     "run-diff": page("config diff of two runs", GET=VIEWER),
     "run-compare": page("charts of several runs overlaid", GET=VIEWER),
+    "run-compare-episodes": page(
+        "compared runs' episodes of one init state, side by side", GET=VIEWER
+    ),
     "experiment-list": page("experiments; create one", GET=VIEWER, POST=OPERATOR),
     "experiment-validate": page("validate a config as you type", POST=VIEWER),
     "experiment-detail": page("an experiment; save a revision", GET=VIEWER, POST=OPERATOR),
@@ -158,6 +161,8 @@ DOORS: dict[str, Door] = {
     "api-run-evaluations": api("a run's evaluations with their averages", GET=VIEWER),
     "api-run-artifacts": api("a run's files with their sizes", GET=VIEWER),
     "api-run-artifact": api("download one of a run's files", GET=VIEWER),
+    "api-run-episodes": api("a run's recorded episodes, filtered", GET=VIEWER),
+    "api-run-episode": api("one recorded episode's video", GET=VIEWER),
     "api-run-reconcile": api("re-read a run's Ray job", POST=OPERATOR),
     "api-run-logs": api("a run's logs", GET=VIEWER),
     "api-run-events": api("a run's events", GET=VIEWER),

@@ -23,6 +23,7 @@ from controlplane.api.query_serializers import (
 from controlplane.api.renderers import SERIES_RENDERERS
 from controlplane.api.serializers import (
     ArtifactSerializer,
+    EpisodePageSerializer,
     EvalTableSerializer,
     EvaluateSerializer,
     EvaluationListSerializer,
@@ -34,6 +35,15 @@ from controlplane.inventory.models import Cluster
 from controlplane.runs import artifacts, dispatch, run_events, success_rates
 from controlplane.runs import series as metric_series
 from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.episodes import (
+    EpisodeNotFound,
+    filters_from_query,
+    kept_names,
+    open_video,
+    shown,
+    video_response,
+)
+from controlplane.runs.episodes import episodes as episodes_of
 from controlplane.runs.eval_tables import evaluations_of, table_of
 from controlplane.runs.evaluations import EvalRequest, EvaluationRefused, request_evaluation
 from controlplane.runs.interruption import CannotResume, resume
@@ -46,6 +56,24 @@ from controlplane.runs.selectors import listed_runs, with_figures
 from trainer.config.errors import ConfigError
 
 MAX_IDEMPOTENCY_KEY = 200
+
+EPISODE_FILTERS = [
+    OpenApiParameter("task", int, required=False, description="only this task's episodes"),
+    OpenApiParameter("horizon", int, required=False, description="only this planning horizon"),
+    OpenApiParameter("outcome", str, enum=["success", "failure"], required=False),
+    OpenApiParameter("human", int, enum=[0, 1], required=False,
+                     description="1: an operator acted in it; 0: the policy alone"),
+    OpenApiParameter("first", int, required=False, description="from this iteration on"),
+    OpenApiParameter("last", int, required=False, description="up to this iteration"),
+    OpenApiParameter("page", int, required=False),
+    OpenApiParameter("page_size", int, required=False, description="at most 200"),
+]  # fmt: skip
+
+
+class EpisodePagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
 
 
 class RunPagination(PageNumberPagination):
@@ -207,6 +235,36 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         except artifacts.ArtifactNotFound:
             raise Http404(f"run {pk} has no file {path!r}") from None
         return artifacts.download_response(found, path)
+
+    @extend_schema(parameters=EPISODE_FILTERS, responses={200: EpisodePageSerializer})
+    @action(detail=True, methods=["get"])
+    def episodes(self, request: Request, pk: str) -> Response:
+        """The run's recorded episode videos, newest first, filtered, a page at a time;
+        each with its record (who acted and the reward at each step) and its video's
+        URL (`thinned`: deleted to keep the run's video budget)."""
+        run = self.get_object()
+        filters, problems = filters_from_query(request.query_params)
+        if problems:
+            raise ValidationError({"detail": "; ".join(problems)})
+        found = episodes_of(run, filters).order_by("-created_at", "-pk")
+        page = EpisodePagination().paginate_queryset(found, request, view=self)
+        kept = kept_names(run.pk)
+        results = [
+            {**shown(event, kept), "video_url": f"/api/v1/runs/{run.pk}/episodes/"
+                                                f"{event.data.get('name')}.mp4"}
+            for event in page
+        ]  # fmt: skip
+        return Response({"count": found.count(), "results": results})
+
+    @extend_schema(responses={(200, "video/mp4"): bytes, (206, "video/mp4"): bytes})
+    @action(detail=True, methods=["get"], url_path=r"episodes/(?P<name>[^/]+)\.mp4")
+    def episode(self, request: Request, pk: str, name: str) -> HttpResponse:
+        """One recorded episode's video (H.264 mp4); a `Range` header gets that part."""
+        try:
+            found = open_video(self.get_object(), name)
+        except EpisodeNotFound:
+            raise Http404(f"run {pk} has no episode video {name!r}") from None
+        return video_response(request, found)
 
     @extend_schema(parameters=[EventsQuery])
     @action(detail=True, methods=["get"])

@@ -249,3 +249,29 @@ class EvalTableSerializer(serializers.Serializer):
         '"horizon_average": {H: rate}, "tasks": [{"task_id", "name", "episodes", '
         '"successes", "rate", "per_horizon": {H: {"successes", "episodes", "rate"}}}]}',
     )
+
+
+class EpisodeSerializer(serializers.Serializer):
+    """A recorded episode (trainer.videos), as its `episode` event says it."""
+
+    name = serializers.CharField()
+    file = serializers.CharField()
+    run = serializers.IntegerField()
+    task = serializers.IntegerField()
+    task_name = serializers.CharField(required=False)
+    success = serializers.BooleanField()
+    length = serializers.IntegerField()
+    actors = serializers.ListField(child=serializers.ChoiceField(["policy", "human", "held"]))
+    rewards = serializers.ListField(child=serializers.FloatField())
+    human_steps = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+    iteration = serializers.IntegerField(required=False, allow_null=True)
+    init_state = serializers.IntegerField(required=False, allow_null=True)
+    horizon = serializers.IntegerField(required=False, allow_null=True)
+    thinned = serializers.BooleanField()
+    video_url = serializers.CharField()
+
+
+class EpisodePageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    results = EpisodeSerializer(many=True)

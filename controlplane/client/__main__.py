@@ -83,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--idempotency-key", help="override the derived idempotency key")
     sub.add_argument("--json-out", type=Path, metavar="PATH", help="write a JSON summary")
     sub.add_argument("--junit-out", type=Path, metavar="PATH", help="write a JUnit XML report")
+    sub.add_argument(
+        "--episodes",
+        type=Path,
+        metavar="DIR",
+        help="when the run fails, times out or misses a gate: save its recorded episode "
+        "videos (and episodes.json) to DIR, e.g. as the CI job's artifacts",
+    )
     return parser  # fmt: skip
 
 
@@ -100,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error(str(error))
     if gates and not args.wait:
         return usage_error("--require needs --wait (gates check the finished run's metrics)")
+    if args.episodes and not args.wait:
+        return usage_error("--episodes needs --wait (they are saved once the run has ended)")
     if not args.token:
         return usage_error("no API token: pass --token or set ARMATURE_TOKEN")
     if not args.config.is_file():
@@ -126,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gates=gates,
         poll_interval_s=args.poll_interval,
         idempotency_key=args.idempotency_key,
+        episodes_dir=args.episodes,
     )
     outcome = submit(options, out=sys.stdout)
     if args.json_out:

@@ -1,8 +1,10 @@
 """A small JSON-over-HTTP client of the control plane's REST API (urllib only)."""
 
 import json
+import shutil
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 USER_AGENT = "armature-ci-client/1"
@@ -40,6 +42,25 @@ class ArmatureApi:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.request_timeout = request_timeout
+
+    def download(self, path: str, destination: Path) -> int:
+        """Save the body of a GET of `path` to `destination`; its size in bytes."""
+        request = urllib.request.Request(
+            f"{self.base_url}/api/v1/{path.lstrip('/')}",
+            headers={"Authorization": f"Bearer {self.token}", "User-Agent": USER_AGENT},
+        )
+        try:
+            with (
+                urllib.request.urlopen(request, timeout=self.request_timeout) as reply,
+                destination.open("wb") as saved,
+            ):
+                shutil.copyfileobj(reply, saved)
+        except urllib.error.HTTPError as error:
+            raise ApiError("GET", path, error.code, _decode(error.read())) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise ApiError("GET", path, 0, f"cannot reach {self.base_url}: {reason}") from None
+        return destination.stat().st_size
 
     def call(
         self,

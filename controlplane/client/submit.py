@@ -19,6 +19,8 @@ from controlplane.client.report import Outcome
 
 # Exit codes (documented in docs/ci.md).
 EXIT_SUCCESS = 0
+# Episode videos a failed run's client saves at most (the newest).
+MAX_SAVED = 200
 EXIT_RUN_FAILED = 1
 EXIT_USAGE = 2  # also argparse's own code for a bad command line
 EXIT_GATE_FAILED = 3
@@ -57,6 +59,8 @@ class SubmitOptions:
     gates: list[Gate] = field(default_factory=list)
     poll_interval_s: float = 2.0
     idempotency_key: str | None = None
+    # Where the episode videos of a run that did not pass go (CI artifacts); None: not saved.
+    episodes_dir: Path | None = None
 
 
 def experiment_name_from(config_text: str, config_path: Path) -> str:
@@ -174,6 +178,8 @@ def submit(
     api = ArmatureApi(options.url, options.token)
     try:
         _launch_and_follow(api, options, config_text, outcome, out, sleep, clock)
+        if options.episodes_dir and outcome.run and outcome.exit_code != EXIT_SUCCESS:
+            save_episodes(api, outcome.run["id"], options.episodes_dir, out)
     except ApiError as error:
         outcome.exit_code, outcome.status = EXIT_API_ERROR, "error"
         outcome.message = str(error)
@@ -294,6 +300,26 @@ def _finish(run: dict[str, Any], gates: list[Gate], outcome: Outcome, out: TextI
     if state == "succeeded" and missed:
         outcome.exit_code, outcome.status = EXIT_GATE_FAILED, "gate_failed"
         outcome.message = "gate failed: " + "; ".join(result.message for result in missed)
+
+
+def save_episodes(api: ArmatureApi, run_id: int, folder: Path, out: TextIO) -> int:
+    """The run's recorded episodes into `folder`: each video as <name>.mp4 beside
+    episodes.json (their records: task, outcome, who acted at each step); how many
+    videos were saved. The newest MAX_SAVED, thinned ones (deleted on the server to
+    keep its budget) listed but not saved."""
+    _, page = api.call("GET", f"runs/{run_id}/episodes?page_size={MAX_SAVED}")
+    folder.mkdir(parents=True, exist_ok=True)
+    episodes = page.get("results", [])
+    (folder / "episodes.json").write_text(json.dumps(episodes, indent=2))
+    saved = 0
+    for episode in episodes:
+        name = str(episode.get("name", ""))
+        if episode.get("thinned") or not name.replace("-", "").replace("_", "").isalnum():
+            continue
+        api.download(f"runs/{run_id}/episodes/{name}.mp4", folder / f"{name}.mp4")
+        saved += 1
+    print(f"saved {saved} episode video(s) of run {run_id} to {folder}", file=out)
+    return saved
 
 
 def _cancel(api: ArmatureApi, outcome: Outcome, out: TextIO) -> None:

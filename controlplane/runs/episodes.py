@@ -188,3 +188,38 @@ def episode_grid(run: Run, query: Any) -> dict[str, Any]:
         "problems": problems,
         "recorded": shown_episodes or RunEvent.objects.filter(run=run, kind="episode").exists(),
     }
+
+
+def shared_states(runs: list[Run]) -> list[tuple[int, int]]:
+    """The (task, init state) pairs that two or more of `runs` recorded an episode of,
+    in order: what the compare page can show side by side."""
+    seen: dict[tuple[int, int], set[int]] = {}
+    for run_id, task, state in (
+        RunEvent.objects.filter(run__in=runs, kind="episode")
+        .values_list("run_id", "data__task", "data__init_state")
+        .distinct()
+    ):
+        if isinstance(task, int) and isinstance(state, int):
+            seen.setdefault((task, state), set()).add(run_id)
+    return sorted(pair for pair, which in seen.items() if len(which) > 1)
+
+
+def side_by_side(runs: list[Run], task: int, init_state: int) -> list[dict[str, Any]]:
+    """For each run, its newest episode of `task` from `init_state` (None where it has
+    none), with its timeline."""
+    shown_episodes: list[dict[str, Any]] = []
+    for run in runs:
+        event = (
+            RunEvent.objects.filter(
+                run=run, kind="episode", data__task=task, data__init_state=init_state
+            )  # fmt: skip
+            .order_by("-created_at", "-pk")
+            .first()
+        )
+        episode = None
+        if event is not None:
+            episode = shown(event, kept_names(run.pk))
+            episode["timeline"] = timeline(episode.get("actors", []), episode.get("rewards", []))
+        card_id = f"compare-{run.pk}-{episode['name']}" if episode else ""
+        shown_episodes.append({"run": run, "episode": episode, "card_id": card_id})
+    return shown_episodes

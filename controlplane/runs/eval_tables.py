@@ -115,7 +115,8 @@ def table_view(table: dict[str, Any]) -> TableView:
             "name": task["name"],
             **_cell(task["successes"], task["episodes"], task["rate"]),
             "horizons": [
-                _cell(**per[str(h)]) if str(h) in per else None for h in horizons
+                {**_cell(**per[str(h)]), "horizon": h} if str(h) in per else None
+                for h in horizons
             ],
         })  # fmt: skip
     successes = sum(task["successes"] for task in table["tasks"])

@@ -5,6 +5,7 @@ from controlplane.runs import views
 urlpatterns = [
     path("runs/", views.run_list, name="run-list"),
     path("runs/compare/", views.run_compare, name="run-compare"),
+    path("runs/compare/episodes/", views.compare_episodes, name="run-compare-episodes"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/logs/", views.run_logs, name="run-logs"),
     path("runs/<int:run_id>/stop/", views.run_stop, name="run-stop"),

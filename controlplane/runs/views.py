@@ -4,13 +4,21 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.html import format_html
 
 from controlplane.access.pages import guarded, refused_status
 from controlplane.experiments.services import config_diff
 from controlplane.runs import artifacts
 from controlplane.runs.cancellation import request_cancel
 from controlplane.runs.compare_summary import compare_summary
-from controlplane.runs.episodes import EpisodeNotFound, episode_grid, open_video, video_response
+from controlplane.runs.episodes import (
+    EpisodeNotFound,
+    episode_grid,
+    open_video,
+    shared_states,
+    side_by_side,
+    video_response,
+)
 from controlplane.runs.eval_tables import compared_evaluations
 from controlplane.runs.evaluations import EvaluationRefused, request_evaluation
 from controlplane.runs.forms import EvaluateForm
@@ -212,6 +220,19 @@ def run_episodes(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @guarded
+def compare_episodes(request: HttpRequest) -> HttpResponse:
+    """The compared runs' episodes of one task and init state, side by side (htmx)."""
+    try:
+        runs = runs_to_compare(request.GET.get("ids", ""))
+        task, state = (int(part) for part in request.GET.get("state", "").split(":"))
+    except (BadRunIds, ValueError) as error:
+        problem = str(error) if isinstance(error, BadRunIds) else "pick a task and init state"
+        return HttpResponse(format_html('<p class="error" role="alert">{}</p>', problem))
+    context = {"pairs": side_by_side(runs, task, state), "task": task, "state": state}
+    return render(request, "runs/_episodes_side_by_side.html", context)
+
+
+@guarded
 def run_episode_video(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
@@ -253,6 +274,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
             "runs": runs,
             "compared": [chart_context(run) for run in runs],
             "summary": compare_summary(runs),
+            "shared_states": shared_states(runs),
             "differences": differences,
             "differences_error": differences_error,
             "evaluations": compared_evaluations(runs),

@@ -3,7 +3,10 @@
 under a video shows where an operator took over and follows playback, a click on it
 seeks, and an episode recorded while the page is open appears in it."""
 
+import re
+
 import pytest
+from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from controlplane.runs.artifacts import run_artifact_dir
@@ -103,3 +106,83 @@ def test_episodes_play_filter_show_the_takeover_and_arrive_live(operator_page):
     assert video.evaluate("v => v.currentTime") == paused_at  # not reloaded by the refresh
     page.screenshot(path=str(page.web.log_dir / "episodes.png"), full_page=True)
     feeder.finish()
+
+
+def test_compare_plays_two_runs_episodes_of_one_init_state_together(operator_page):
+    page = operator_page
+    runs = [submitted_run(name) for name in ("before", "after")]
+    for index, run in enumerate(runs):
+        feeder = Feeder(page.web.url, run)
+        specs = [{"name": "i1-t0-c0", "task": 0, "init_state": 7, "success": bool(index)},
+                 {"name": f"i1-t0-c1-{index}", "task": 0, "init_state": 20 + index,
+                  "success": False}]  # fmt: skip
+        for record in record_episodes(run_artifact_dir(run.pk) / "videos", specs):
+            feeder.link.event("episode", record)
+        feeder.iterations(1)
+        feeder.settled()
+        feeder.finish()
+    page.goto(f"{page.web.url}/runs/compare/?ids={runs[0].pk},{runs[1].pk}")
+    section = page.locator("#compare-episodes")
+    # Only the init state both runs recorded is offered.
+    expect(section.get_by_label("Task and init state").locator("option")).to_have_text(
+        ["task 0 · init state 7"]
+    )
+    videos = section.locator("video")
+    expect(videos).to_have_count(2)
+    for run, video in zip(runs, videos.all(), strict=True):
+        assert f"/runs/{run.pk}/episodes/i1-t0-c0.mp4" in video.get_attribute("src")
+        wait_until(lambda v=video: v.evaluate("v => v.duration > 0"), 30, "a video's length")
+    expect(section.locator("figcaption .outcome")).to_have_text(["failure", "success"])
+
+    section.get_by_role("button", name="Play both").click()
+    for video in videos.all():
+        wait_until(lambda v=video: v.evaluate("v => v.currentTime > 0.3"), 15, "both playing")
+    section.get_by_role("button", name="Pause both").click()
+    slider = section.get_by_label("position in every video")
+    slider.evaluate(
+        "s => { s.value = '500'; s.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    middle = "v => Math.abs(v.currentTime / v.duration - 0.5) < 0.05"
+    for video in videos.all():
+        wait_until(lambda v=video: v.evaluate(middle), 10, "both at the middle")
+    page.screenshot(path=str(page.web.log_dir / "compare-episodes.png"), full_page=True)
+
+
+def test_an_eval_tables_cell_opens_its_episodes(operator_page):
+    from controlplane.runs import artifacts
+    from controlplane.runs.evaluations import EvalRequest, request_evaluation
+    from controlplane.runs.models import Run, RunState
+    from controlplane.runs.state import transition
+    from controlplane.runs.tokens import make_run_token
+    from trainer.evaluation.protocol import EvalTable, TaskResult
+    from trainer.link.client import TrainerLink
+    from trainer.link.reporter import eval_summary
+
+    page = operator_page
+    source = submitted_run("evaluated")
+    (artifacts.run_artifact_dir(source.pk) / "checkpoints").mkdir(parents=True)
+    (artifacts.run_artifact_dir(source.pk) / "checkpoints" / "iter_4.pt").write_bytes(b"w")
+    rita = get_user_model().objects.get(username="rita")  # operator_page's user
+    run, _ = request_evaluation(source, EvalRequest(checkpoint=4), user=rita)
+    transition(run.pk, RunState.SUBMITTING)
+    results = [TaskResult(task, f"task_{task}", 4, 1, {5: [1, 2], 10: [0, 2]}) for task in (0, 1)]
+    table = EvalTable("builtin_reach", None, "iter_4.pt", 4, [5, 10], results).to_json()
+    link = TrainerLink(page.web.url, run.pk, make_run_token(run.pk))
+    link.event("started", {"mode": "eval"})
+    specs = [{"name": f"eval-t{task}-h{h}-s0", "task": task, "horizon": h, "success": h == 5}
+             for task in (0, 1) for h in (5, 10)]  # fmt: skip
+    for record in record_episodes(artifacts.run_artifact_dir(run.pk) / "videos", specs):
+        link.event("episode", record)
+    link.event("evaluated", table)
+    link.event("finished", {"summary": eval_summary(table)})
+    link.close(timeout=30)
+    wait_until(lambda: Run.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 30, "the eval")
+
+    page.goto(f"{page.web.url}/runs/{run.pk}/")
+    expect(page.locator("#run-episodes figure.episode")).to_have_count(4)
+    page.locator('#eval-table tr[data-task="1"] td.rate a').nth(1).click()  # task 1, H=10
+    expect(page).to_have_url(re.compile(r"\?task=1&horizon=10#run-episodes$"))
+    cards = page.locator("#run-episodes figure.episode")
+    expect(cards).to_have_count(1)
+    expect(cards.first).to_have_id("episode-eval-t1-h10-s0")
+    expect(cards.first.locator("figcaption")).to_contain_text("h10")

@@ -22,9 +22,11 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has 
 
 
 def _config(tmp_path, name, *overrides):
+    # No episode videos: they picture the env's copies, which live on the CPU whatever
+    # the device (their cost is bench/videos.py's).
     small = [
         "runner.progress=false", "runner.torch_threads=1", f"runner.output_dir={tmp_path}",
-        "actor.device=cpu",
+        "actor.device=cpu", "runner.videos.every=0",
     ]  # fmt: skip
     return load_config(REPO / "examples" / name, [*small, *overrides])
 

@@ -58,7 +58,7 @@ def trained(tmp_path_factory) -> Path:
     config = load_config(EXAMPLE, [
         "runner.iterations=2", "runner.progress=false", "env.num_parallel_envs=4",
         "algorithm.data_batch_size=4", "rollout.action_horizons_pattern=[5,10]",
-        f"runner.output_dir={folder}",
+        f"runner.output_dir={folder}", "runner.videos.every=0",
     ])  # fmt: skip
     runner = OnPolicyRunner(config)
     runner.learn()

@@ -34,6 +34,8 @@ from trainer.runner.checkpoints import (
     find_checkpoint,
     load_checkpoint,
 )
+from trainer.videos.eval_videos import EvalVideos
+from trainer.videos.recorder import EpisodeRecorder, can_record
 from trainer.whereabouts import ProcessReport
 
 EXIT_OK = 0
@@ -200,14 +202,20 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
             done.append(result.task_id)
             reporter.task_done(len(done), len(tasks))
 
-        results = evaluate(policy, env, tasks, horizons, chunk, args.states, task_done)
+        output = Path(args.output) if args.output else path.parent.parent
+        videos = _eval_videos(config, env, output, int(state["iteration"]), reporter)
+        try:
+            results = evaluate(policy, env, tasks, horizons, chunk, args.states, task_done,
+                               videos)  # fmt: skip
+        finally:
+            if videos is not None:
+                videos.recorder.close()
     finally:
         env.close()
     table = EvalTable(
         env=config.env.name, suite=config.env.suite, checkpoint=str(path),
         iteration=int(state["iteration"]), horizons=horizons, tasks=results,
     )  # fmt: skip
-    output = Path(args.output) if args.output else path.parent.parent
     output.mkdir(parents=True, exist_ok=True)
     stem = f"eval-{config.env.suite or config.env.name}-iter{table.iteration}"
     (output / f"{stem}.json").write_text(json.dumps(table.to_json(), indent=2))
@@ -216,6 +224,23 @@ def _evaluate(args: argparse.Namespace, reporter: EvalReporter) -> int:
     print(table.to_markdown())
     print(f"wrote {output / stem}.json and .md")
     return EXIT_OK
+
+
+def _eval_videos(config: ExperimentConfig, env: VectorEnv, output: Path, iteration: int,
+                 reporter: EvalReporter) -> EvalVideos | None:  # fmt: skip
+    """The first episodes of each task and horizon as videos, when the evaluated run
+    recorded videos (`runner.videos`): `per_task` of each cell, in `<output>/videos`."""
+    videos = config.runner.videos
+    if not videos.every or not can_record():
+        return None
+
+    def report(record: dict[str, Any]) -> None:
+        reporter.link.event("episode", record)
+
+    recorder = EpisodeRecorder(
+        output / "videos", videos.fps, videos.max_mb * 2**20, on_episode=report
+    )
+    return EvalVideos(env, recorder, videos.per_task, videos.size, iteration)
 
 
 def _policy_and_env(

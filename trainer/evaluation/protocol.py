@@ -21,6 +21,8 @@ from torch import nn
 from trainer.envs.vector_env import VectorEnv
 from trainer.models.plan_cache import PlanCache
 from trainer.models.policy import GaussianChunkPolicy
+from trainer.videos.capture import RoundCapture
+from trainer.videos.eval_videos import EvalVideos
 
 
 class OneActionPlans(nn.Module):
@@ -136,9 +138,11 @@ def evaluate(
     chunk: int,
     states_per_task: int | None = None,
     on_task: Callable[[TaskResult], None] | None = None,
+    videos: EvalVideos | None = None,
 ) -> list[TaskResult]:
     """Run the protocol; `states_per_task` caps the init states (None: all of them).
-    `on_task` is called with each task's result as soon as it is complete."""
+    `on_task` is called with each task's result as soon as it is complete; `videos`
+    records the first episodes of each task and horizon."""
     policy.eval()
     steps = -(-env.max_episode_steps // chunk)
     results = []
@@ -155,7 +159,11 @@ def evaluate(
                 padded = torch.cat(
                     [batch, batch[-1:].expand(env.num_envs - used, *batch.shape[1:])]
                 )
-                success = _episodes(policy, env, task_id, padded, horizon, chunk, steps)
+                capture = (videos.capture(task_id, result.name, horizon, start, used)
+                           if videos is not None else None)  # fmt: skip
+                success = _episodes(policy, env, task_id, padded, horizon, chunk, steps, capture)
+                if capture is not None:
+                    videos.finish(capture)
                 successes += int(success[:used].sum())
             result.per_horizon[horizon] = [successes, int(states.shape[0])]
             result.successes += successes
@@ -174,11 +182,14 @@ def _episodes(
     horizon: int,
     chunk: int,
     steps: int,
+    capture: RoundCapture | None = None,
 ) -> torch.Tensor:
     """One episode per slot; whether each succeeded before its first end. The policy
     decides on its own device; the env steps on the CPU."""
     device = next(policy.parameters()).device
     obs = env.reset(task_id, init_states)
+    if capture is not None:
+        capture.start()
     horizons = torch.full((env.num_envs,), horizon, device="cpu")
     plans = PlanCache(horizons, chunk, policy.max_horizon, device)
     ended = torch.zeros(env.num_envs, dtype=torch.bool, device="cpu")
@@ -193,6 +204,8 @@ def _episodes(
             plans.store(replan, plan, log_probs)
         actions = plans.next_chunk().actions[..., : policy.env_action_dim].cpu()
         step = env.step(actions)
+        if capture is not None:
+            capture.step(step)
         success |= step.success & ~ended
         ended |= step.done
         obs = step.obs

@@ -58,7 +58,7 @@ from trainer.runner.loop import (
     TrainingLoop,
 )
 from trainer.videos.capture import Pictures, RoundCapture, pictures_of
-from trainer.videos.recorder import EpisodeRecorder
+from trainer.videos.recorder import EpisodeRecorder, can_record
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,8 @@ class OnPolicyRunner(TrainingLoop):
         pictures them (not through placed env workers or pipeline stages yet)."""
         videos = self.config.runner.videos
         if not videos.every or self.collective.rank or self.config.rollout.pipeline_stages > 1:
+            return None, None
+        if not can_record():
             return None, None
         pictures = pictures_of(self.env, videos.size)
         if pictures is None:

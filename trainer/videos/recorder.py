@@ -71,6 +71,17 @@ class RecorderStats:
     bytes: int = 0  # on disk now
 
 
+def can_record() -> bool:
+    """Whether PyAV is here (a bare GPU machine's environment may lack it): a run that
+    asks for videos without it records none, and says so."""
+    try:
+        import av  # noqa: F401 - imported when a run records, not before
+    except ImportError:
+        log.warning("runner.videos: PyAV is not installed here; no episode videos are recorded")
+        return False
+    return True
+
+
 class EpisodeRecorder:
     """Encodes submitted episodes on a thread of its own; `close` waits for those
     already queued."""
@@ -85,7 +96,6 @@ class EpisodeRecorder:
     ) -> None:
         if fps < 1 or max_bytes < 1 or queue_size < 1:
             raise ValueError("fps, max_bytes and queue_size must be positive")
-        import av  # noqa: F401 - PyAV, imported when a run records: missing, it fails here
 
         self.folder = folder
         self.fps = fps

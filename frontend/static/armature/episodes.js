@@ -22,4 +22,26 @@
     const box = svg.getBoundingClientRect();
     video.currentTime = ((event.clientX - box.left) / box.width) * video.duration;
   });
+
+  // The compare page's pair (runs/_episodes_side_by_side.html): one button plays or
+  // pauses every video, one slider seeks them all to the same share of their length.
+  const videosOf = (sync) => [...sync.querySelectorAll("video")];
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest?.("[data-sync-play]");
+    if (!button) return;
+    const videos = videosOf(button.closest("[data-synced]"));
+    const playing = videos.some((video) => !video.paused && !video.ended);
+    for (const video of videos) {
+      if (playing) video.pause();
+      else video.play().catch(() => {});
+    }
+    button.textContent = playing ? "Play both" : "Pause both";
+  });
+  document.addEventListener("input", (event) => {
+    const slider = event.target.closest?.("[data-sync-seek]");
+    if (!slider) return;
+    for (const video of videosOf(slider.closest("[data-synced]"))) {
+      if (video.duration) video.currentTime = (Number(slider.value) / 1000) * video.duration;
+    }
+  });
 })();

@@ -32,13 +32,14 @@ def live(stack_factory, ray_head, settings) -> tuple[str, str]:
     return url, token
 
 
-def client(url: str, token: str, tmp_path, gate: str) -> subprocess.CompletedProcess:
+def client(url: str, token: str, tmp_path, gate: str, *more: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "ARMATURE_"))}
     command = [
         sys.executable, "-m", "controlplane.client", "submit", str(CONFIG),
         "--url", url, "--set", "runner.iterations=3", "--wait", "--require", gate,
         "--idempotency-key", "live-test-1", "--poll-interval", "0.5",
         "--json-out", str(tmp_path / f"{gate}.json"), "--junit-out", str(tmp_path / f"{gate}.xml"),
+        *more,
     ]  # fmt: skip
     return subprocess.run(
         command, cwd=settings.BASE_DIR, env={**env, "ARMATURE_TOKEN": token},
@@ -61,8 +62,14 @@ def test_the_client_launches_waits_and_gates_on_a_real_run(live, tmp_path):
 
     # The same idempotency key: the finished run is reused, not launched again, and a
     # gate it cannot meet fails with the gate's exit code.
-    missed = client(url, token, tmp_path, "success_rate>=1.01")
+    # Its episode videos are saved for the CI job's artifacts.
+    missed = client(url, token, tmp_path, "success_rate>=1.01", "--episodes", str(tmp_path / "ep"))
     assert missed.returncode == 3, missed.stdout + missed.stderr
+    listed = json.loads((tmp_path / "ep" / "episodes.json").read_text())
+    assert len(listed) == 2 and all(e["iteration"] == 1 for e in listed)  # the example's
+    for episode in listed:
+        assert (tmp_path / "ep" / episode["file"]).read_bytes()[4:8] == b"ftyp"
+    assert f"saved 2 episode video(s) of run {summary['run_id']}" in missed.stdout
     assert "(unchanged)" in missed.stdout
     assert "already launched with this idempotency key" in missed.stdout
     failed = json.loads((tmp_path / "success_rate>=1.01.json").read_text())

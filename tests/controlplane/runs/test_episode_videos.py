@@ -98,3 +98,24 @@ def test_a_run_without_videos_says_how_to_record_them_and_events_leave_episodes_
     assert "runner.videos.every" in grid(viewer, queued_run("none"))
     RunEvent.objects.create(run=run, kind="started", data={})
     assert [event.kind for event in recent_events(run)] == ["started"]
+
+
+def test_the_api_lists_filters_and_serves_episodes(run):
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(get_user_model().objects.create_user("ci"))
+    page = api.get(f"/api/v1/runs/{run.pk}/episodes?outcome=failure").json()
+    assert page["count"] == 2
+    assert [e["name"] for e in page["results"]] == ["i2-t1-c0", "i1-t0-c1"]
+    first = page["results"][1]
+    assert first["human_steps"] == 5 and first["actors"][5] == "human"
+    assert first["video_url"] == f"/api/v1/runs/{run.pk}/episodes/i1-t0-c1.mp4"
+    assert first["thinned"] is False
+    video = api.get(first["video_url"], HTTP_RANGE="bytes=0-7")
+    assert video.status_code == 206 and video.content[4:8] == b"ftyp"
+    paged = api.get(f"/api/v1/runs/{run.pk}/episodes?page_size=1&page=3").json()
+    assert paged["count"] == 3 and [e["name"] for e in paged["results"]] == ["i1-t0-c0"]
+    bad = api.get(f"/api/v1/runs/{run.pk}/episodes?human=maybe")
+    assert bad.status_code == 400 and "human: " in str(bad.json())
+    assert api.get(f"/api/v1/runs/{run.pk}/episodes/nope.mp4").status_code == 404
