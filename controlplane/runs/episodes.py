@@ -135,9 +135,10 @@ def filters_from_query(query: Any) -> tuple[EpisodeFilters, list[str]]:
     problems = []
     for field in ("task", "horizon", "first", "last"):
         text = (query.get(field) or "").strip()
-        if text and not (text.isdigit() and len(text) < 10):
+        whole = text.isascii() and text.isdigit() and len(text) < 10  # "²" is a digit too
+        if text and not whole:
             problems.append(f"{field}: {text[:40]!r} is not a whole number")
-        numbers[field] = int(text) if text.isdigit() and len(text) < 10 else None
+        numbers[field] = int(text) if whole else None
     outcome = (query.get("outcome") or "").strip()
     if outcome not in ("", "success", "failure"):
         problems.append(f"outcome: {outcome[:40]!r} is neither success nor failure")

@@ -79,6 +79,7 @@ def test_the_grid_lists_newest_first_and_filters_narrow_it(viewer, run):
     assert shown_names(grid(viewer, run, "human=1")) == ["i1-t0-c1"]
     assert shown_names(grid(viewer, run, "human=0&first=2")) == ["i2-t1-c0"]
     assert shown_names(grid(viewer, run, "horizon=10")) == ["i2-t1-c0"]
+    assert "not a whole number" in grid(viewer, run, "task=%C2%B2")  # "²": a digit, no number
     page = grid(viewer, run, "task=zero&outcome=maybe")
     assert "task: &#x27;zero&#x27; is not a whole number" in page
     assert "outcome: &#x27;maybe&#x27; is neither success nor failure" in page
