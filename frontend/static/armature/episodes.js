@@ -4,8 +4,9 @@
   "use strict";
   const timelineOf = (video) => video.closest("figure.episode")?.querySelector("svg.episode-steps");
 
-  // Media events do not bubble: caught on their way down.
-  document.addEventListener("timeupdate", (event) => {
+  // Media events do not bubble: caught on their way down. A seek moves the cursor at
+  // once, playback as it goes.
+  function follow(event) {
     const video = event.target;
     if (!(video instanceof HTMLVideoElement) || !video.duration) return;
     const svg = timelineOf(video);
@@ -13,7 +14,8 @@
     const steps = svg.viewBox.baseVal.width;
     const x = Math.min(steps, (video.currentTime / video.duration) * steps);
     svg.querySelector(".cursor").setAttribute("x", String(x));
-  }, true);
+  }
+  for (const name of ["timeupdate", "seeked"]) document.addEventListener(name, follow, true);
 
   document.addEventListener("click", (event) => {
     const svg = event.target.closest?.("svg.episode-steps");
