@@ -36,7 +36,7 @@ def pictures_of(env: object, size: int) -> Pictures | None:
             return np.stack([np.concatenate(list(f.values()), axis=1) for f in frames])
 
         return cameras
-    return lambda copies: inner.render_copies(torch.tensor(copies), size).numpy()
+    return lambda copies: inner.render_copies(torch.tensor(copies, device="cpu"), size).numpy()
 
 
 class RoundCapture:
@@ -61,7 +61,7 @@ class RoundCapture:
             frames.append(picture)
 
     def step(self, step: EnvStep) -> None:
-        picked = torch.tensor(self.copies)
+        picked = torch.tensor(self.copies, device="cpu")  # the env's step tensors live there
         done = step.done[picked].tolist()
         success = step.success[picked].tolist()
         reward = step.reward[picked].tolist()
