@@ -44,6 +44,23 @@ def fresh_channel_layer():
     channel_layers.backends.clear()
 
 
+@pytest.fixture(autouse=True)
+def ordinary_scheduling():
+    """Fails a test that leaves its worker at another scheduling policy than the one it
+    had, and puts the old one back. A process at real-time priority hands it to every
+    process it starts; on a small machine one busy such process stalls the whole suite
+    (SVT-AV1's encoder does this to its caller when run as root)."""
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0)
+    if after != before:
+        os.sched_setscheduler(0, *before)
+        pytest.fail(
+            f"the test left this process at scheduling policy {after[0]} "
+            f"(priority {after[1].sched_priority}); it had {before[0]}"
+        )
+
+
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory):
     """A local Ray cluster (head with dashboard) of this test session's own."""

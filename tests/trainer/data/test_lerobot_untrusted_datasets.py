@@ -10,6 +10,7 @@ another in it, each episode's place given by `videos/<feature>/from_timestamp`.
 
 import http.server
 import json
+import os
 import shutil
 import threading
 import tracemalloc
@@ -49,14 +50,22 @@ def write_video(path: Path, pictures: np.ndarray, keyframe_every: int = 2) -> Pa
     """An AV1 mp4 file as LeRobot's encoder writes one (libsvtav1, yuv420p, a keyframe
     every 2 frames by default)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream("libsvtav1", rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = SIZE, SIZE, "yuv420p"
-        stream.options = {"g": str(keyframe_every), "crf": "30", "preset": "12"}
-        for picture in pictures:
-            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode())
+    # SVT-AV1, run as root, puts the thread that opens an encoder at real-time priority
+    # (SCHED_FIFO 99) and leaves it there: the test worker, and every process it starts
+    # after (Ray heads, web servers, Chromium, trainers), would then starve the rest of
+    # the machine. The thread gets its own scheduling back once the file is written.
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        with av.open(str(path), "w", format="mp4") as container:
+            stream = container.add_stream("libsvtav1", rate=FPS)
+            stream.width, stream.height, stream.pix_fmt = SIZE, SIZE, "yuv420p"
+            stream.options = {"g": str(keyframe_every), "crf": "30", "preset": "12"}
+            for picture in pictures:
+                frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+                container.mux(stream.encode(frame))
+            container.mux(stream.encode())
+    finally:
+        os.sched_setscheduler(0, policy, param)
     return path
 
 
