@@ -44,7 +44,7 @@ def running(browser, stack_factory, ray_head):
     # example's four: the learner keeps the robots' pace beside the whole suite.
     overrides = [
         f"runner.iterations={ITERATIONS}", f"env.interventions.deadman_s={BROWSER_DEADMAN_S}",
-        "algorithm.rlpd.updates_per_step=1",
+        "algorithm.rlpd.updates_per_step=1", "runner.videos.every=1",
     ]  # fmt: skip
     page, run = operator_run(browser, stack, "console-demo", config, "/runs/{run}/", overrides)
     page.stack = stack
@@ -151,3 +151,11 @@ def test_an_operator_takes_over_drives_and_releases_and_the_learner_gets_it(runn
     page.goto(f"{page.stack.url}/runs/{run.pk}/")
     rates = charted_intervention_rates(page, ITERATIONS)
     assert rates == pytest.approx(values(run, "interventions/rate")) and max(rates) > 0
+    # The run recorded the episode the operator drove (episodes a human acted in come
+    # first): its card's step bar shows the human steps where they were taken.
+    episodes = [event.data for event in RunEvent.objects.filter(run=run, kind="episode")]
+    driven = next(episode for episode in episodes if episode["human_steps"])
+    card = page.locator(f"#episode-{driven['name']}")
+    expect(card.locator("figcaption")).to_contain_text(f"human {driven['human_steps']}")
+    first = driven["actors"].index("human")
+    expect(card.locator("rect.segment-human").first).to_have_attribute("x", str(first))

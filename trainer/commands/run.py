@@ -175,6 +175,7 @@ def _train(args: argparse.Namespace, link: Link) -> int:
             runner = RLPDRunner(
                 config, on_metrics=reporter.on_metrics, on_checkpoint=reporter.on_checkpoint,
                 link=link, on_recovery=reporter.recovered, on_episodes=reporter.on_episodes,
+                on_video=reporter.episode_video,
             )  # fmt: skip
         else:
             runner = OnPolicyRunner(
@@ -226,7 +227,7 @@ def _train_distributed(config, plan, resume: bool, reporter: RunReporter) -> int
         from trainer.runtime.distributed_run import train_distributed
 
         train = train_distributed
-        callbacks = {**callbacks, "on_model": reporter.model}
+        callbacks = {**callbacks, "on_model": reporter.model, "on_video": reporter.episode_video}
     # Env workers' robot links authenticate as this run's attempt, as its link does.
     link_env = {name: os.environ[name] for name in LINK_VARIABLES if name in os.environ}
     callbacks = {**callbacks, "on_event": reporter.link.event, "link_env": link_env,

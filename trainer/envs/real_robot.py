@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from trainer.config.addresses import robot_base_url
 from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv
@@ -158,6 +159,33 @@ class RealRobotEnv(VectorEnv):
                         ) from error
                     time.sleep(RECONNECT_POLL_S)
         return [f"{driver.name} reached again" for driver in lost]
+
+    @property
+    def camera_names(self) -> list[str]:
+        """The names of every arm's cameras (none: the run has no picture to record)."""
+        return sorted({camera.name for cameras in self.cameras for camera in cameras})
+
+    def render_copies(self, copies: torch.Tensor, size: int = 96) -> torch.Tensor:
+        """Each copy's cameras side by side, each `size` pixels square, `[n, size,
+        size × most cameras of an arm, 3]` uint8 (episode videos): what the console
+        shows, a stream's latest frame or a snapshot taken now, the copies' arms read
+        at once. A camera with no frame to give is black."""
+        wide = max(len(cameras) for cameras in self.cameras) or 1
+        pictures = np.zeros((copies.shape[0], size, size * wide, 3), dtype=np.uint8)
+
+        def picture(row: int, copy: int) -> None:
+            for index, camera in enumerate(self.cameras[copy]):
+                try:
+                    frame = Image.fromarray(camera.read()).convert("RGB")
+                except CameraLost:
+                    continue
+                shown = np.asarray(frame.resize((size, size), Image.Resampling.BILINEAR))
+                pictures[row, :, index * size : (index + 1) * size] = shown
+
+        for future in [self.pool.submit(picture, row, copy)
+                       for row, copy in enumerate(copies.tolist())]:  # fmt: skip
+            future.result()
+        return torch.from_numpy(pictures)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -8,9 +8,11 @@ The transport is the only thing a subclass adds: a pipe to a subprocess
 
 from __future__ import annotations
 
+import bisect
 from abc import abstractmethod
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainer.envs.vector_env import EnvStep, VectorEnv, concat_steps
@@ -35,9 +37,15 @@ class ShardedVectorEnv(VectorEnv):
 
     # ----- the transport ---------------------------------------------------------------
     @abstractmethod
+    def _call_some(self, method: str, args: dict[int, tuple], doing: str) -> list[Any]:
+        """`method(*args[i])` on each worker i of `args` at once (and on no other: a
+        worker busy stepping a pipeline stage is not waited for); the replies in the
+        order of `args`. A worker that fails, dies or does not answer raises
+        `EnvWorkerError` naming it."""
+
     def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
-        """`method(*args[i])` on every worker i at once; the replies in worker order. A
-        worker that fails, dies or does not answer raises `EnvWorkerError` naming it."""
+        """`method(*args[i])` on every worker i at once; the replies in worker order."""
+        return self._call_some(method, dict(enumerate(args)), doing)
 
     @abstractmethod
     def _call_first(self, method: str, args: tuple, doing: str) -> Any:
@@ -76,3 +84,16 @@ class ShardedVectorEnv(VectorEnv):
             raise ValueError(f"actions must have {self.num_envs} rows")
         parts = torch.split(actions, self.shard_sizes)
         return concat_steps(self._call("step", [(part,) for part in parts], "stepping"))
+
+    def pictures_from_workers(self, copies: list[int], size: int) -> np.ndarray | None:
+        """Pictures of `copies` (the run's numbering, increasing), each made by the worker
+        that steps it as `trainer.videos.capture.pictures_of` makes it there; None when
+        the env gives none. Only the workers holding those copies are asked."""
+        starts = [sum(self.shard_sizes[:worker]) for worker in range(len(self.shard_sizes))]
+        local: dict[int, list[int]] = {}
+        for copy in sorted(copies):
+            worker = bisect.bisect_right(starts, copy) - 1
+            local.setdefault(worker, []).append(copy - starts[worker])
+        args = {worker: (held, size) for worker, held in local.items()}
+        replies = self._call_some("pictures", args, "picturing copies for videos")
+        return None if any(r is None for r in replies) else np.concatenate(replies)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from trainer.config.env_shards import shard_sizes
+from trainer.envs.pictures import picture_copies
 from trainer.envs.sharded_vector_env import ShardedVectorEnv, env_facts
 from trainer.envs.vector_env import EnvWorkerError, VectorEnv
 
@@ -51,6 +52,9 @@ def _serve(connection: Connection, factory: EnvFactory, num_envs: int) -> None:
                 env.close()
                 connection.send(("ok", None))
                 return
+            if command == "pictures":
+                connection.send(("ok", picture_copies(env, *payload)))
+                continue
             if command not in _COMMANDS:
                 raise ValueError(f"unknown command {command!r}")
             connection.send(("ok", getattr(env, command)(*payload)))
@@ -162,10 +166,10 @@ class SubprocVectorEnv(ShardedVectorEnv):
             raise errors[0]
         return replies
 
-    def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
+    def _call_some(self, method: str, args: dict[int, tuple], doing: str) -> list[Any]:
         """Send each worker its message, then gather the replies of those that got it."""
         sent, errors = [], []
-        for worker, arguments in enumerate(args):
+        for worker, arguments in args.items():
             try:
                 self._send(worker, (method, arguments), doing)
                 sent.append(worker)

@@ -32,13 +32,14 @@ def run_round(
 ) -> Trajectories:
     """Every env slot runs one episode of ``task_id`` from its init state. With
     ``stages`` > 1 the copies are stepped in pipeline stages (`_pipelined_round`).
-    `capture` records a few copies' pictures for episode videos (one stage only)."""
+    `capture` records a few copies' pictures for episode videos (copies of the first
+    stage, when there are stages)."""
     # What the CPU envs are told; the algorithm moves what it keeps to its device.
     indices = torch.tensor(init_state_indices, dtype=torch.long, device="cpu")
     groups = first_group_index + torch.arange(env.num_envs, device="cpu") // group_size
     if stages > 1:
         return _pipelined_round(
-            env, algorithm, task_id, indices, groups, horizons, num_steps, stages
+            env, algorithm, task_id, indices, groups, horizons, num_steps, stages, capture
         )
     obs = env.reset(task_id, env.init_states(task_id)[indices])
     algorithm.start_round(horizons, num_steps)
@@ -77,6 +78,7 @@ def _pipelined_round(
     horizons: torch.Tensor,
     num_steps: int,
     stages: int,
+    capture: RoundCapture | None = None,
 ) -> Trajectories:
     """The round with the env workers in `stages` groups, each group's copies a rollout
     of their own (plans, storage): while one stage's workers simulate, the policy
@@ -87,6 +89,8 @@ def _pipelined_round(
     workers = env.stage_workers(stages)
     sizes = env.stage_sizes(stages)
     obs = env.reset(task_id, env.init_states(task_id)[indices]).split(sizes)
+    if capture is not None:
+        capture.start()
     lanes, in_flight = [], []
     original = algorithm.swap_rollout(RolloutState())
     for stage, stage_horizons in enumerate(horizons.split(sizes)):
@@ -101,6 +105,8 @@ def _pipelined_round(
             if calls is None:
                 continue
             step = env.step_wait(calls)
+            if stage == 0 and capture is not None:  # before its workers step again
+                capture.step(step)
             outer = algorithm.swap_rollout(lanes[stage])
             algorithm.process_env_step(step)
             ended[stage] |= step.done

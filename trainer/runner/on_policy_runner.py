@@ -57,8 +57,8 @@ from trainer.runner.loop import (
     RecoveryCallback,
     TrainingLoop,
 )
-from trainer.videos.capture import Pictures, RoundCapture, pictures_of
-from trainer.videos.recorder import EpisodeRecorder, can_record
+from trainer.videos.capture import RoundCapture
+from trainer.videos.run_videos import RunVideos
 
 log = logging.getLogger(__name__)
 
@@ -105,51 +105,30 @@ class OnPolicyRunner(TrainingLoop):
         chunk = config.actor.model.num_action_chunks
         self.steps_per_episode = -(-config.env.max_episode_steps // chunk)
         self.next_group_index = 0
-        self.recorder, self.pictures = self._episode_recorder(on_video)
-        self.videos_this_iteration = 0
-
-    def _episode_recorder(
-        self, on_video: Callable[[dict[str, Any]], None] | None
-    ) -> tuple[EpisodeRecorder | None, Pictures | None]:
-        """Rank 0 records episode videos of the copies it steps itself, when the env
-        pictures them (not through placed env workers or pipeline stages yet)."""
-        videos = self.config.runner.videos
-        if not videos.every or self.collective.rank or self.config.rollout.pipeline_stages > 1:
-            return None, None
-        if not can_record():
-            return None, None
-        pictures = pictures_of(self.env, videos.size)
-        if pictures is None:
-            log.info("runner.videos: this env gives no pictures; no videos are recorded")
-            return None, None
-        folder = self.output_dir / "videos"
-        return EpisodeRecorder(folder, videos.fps, videos.max_mb * 2**20, on_episode=on_video), (
-            pictures
-        )
+        # Rank 0 records the episode videos (copies stepped by env workers are pictured
+        # by their worker).
+        self.videos: RunVideos | None = None
+        if rank == 0:
+            self.videos = RunVideos.of(config.runner.videos, self.env, self.output_dir, on_video)
 
     def _round_capture(
         self, task_id: int, indices: list[int], horizons: torch.Tensor
     ) -> RoundCapture | None:
-        """What of the next round to record: the first copies, while this iteration's
-        task still wants episodes (the first iteration and every `videos.every`-th)."""
-        videos = self.config.runner.videos
-        iteration = self.iteration + 1
-        wanted = videos.per_task - self.videos_this_iteration
-        if self.recorder is None or (iteration - 1) % videos.every or wanted <= 0:
+        """What of the next round to record (rank 0's copies; with pipeline stages, the
+        first stage's: `run_round` records that one)."""
+        if self.videos is None:
             return None
-        copies = list(range(min(self.env.num_envs, 2 * wanted)))
-        task_name = self.env.task_name(task_id)
-        info = [
-            {"iteration": iteration, "init_state": int(indices[copy]),
-             "horizon": int(horizons[copy]), "task_name": task_name}
-            for copy in copies
-        ]  # fmt: skip
-        group = self.next_group_index
+        stages = self.config.rollout.pipeline_stages
+        held = self.env.num_envs if stages == 1 else self.env.stage_sizes(stages)[0]
+        iteration, group = self.iteration + 1, self.next_group_index
 
         def name(copy: int) -> str:
             return f"i{iteration:06d}-t{task_id}-g{group}-c{copy}"
 
-        return RoundCapture(self.pictures, copies, task_id, info, name)
+        return self.videos.capture(
+            iteration, task_id, self.env.task_name(task_id), [int(i) for i in indices],
+            horizons.tolist(), held, name,
+        )  # fmt: skip
 
     # ----- one iteration ---------------------------------------------------------
     def _next_round(self, task_id: int) -> Trajectories:
@@ -183,10 +162,7 @@ class OnPolicyRunner(TrainingLoop):
         )
         self.next_group_index += self.config.env.num_parallel_envs
         if capture is not None:
-            wanted = self.config.runner.videos.per_task - self.videos_this_iteration
-            for clip in capture.clips(wanted):
-                self.recorder.submit(clip)  # dropped (and counted) when it falls behind
-                self.videos_this_iteration += 1
+            self.videos.finish(capture)
         return trajectories
 
     def _collect_with_retries(self, task_id: int) -> CollectedBatch:
@@ -223,7 +199,8 @@ class OnPolicyRunner(TrainingLoop):
 
     def train_iteration(self) -> dict[str, float]:
         task_id = self.task_cursor.current()
-        self.videos_this_iteration = 0
+        if self.videos is not None:
+            self.videos.new_iteration()
         started = time.monotonic()
         if task_id is None:  # no task on this rank: nothing to collect
             collected = None
@@ -288,13 +265,8 @@ class OnPolicyRunner(TrainingLoop):
         """Stop env workers, if the env has any, and the console, if it has one; finish
         the episode videos queued."""
         close_env(self.env)
-        if self.recorder is not None:
-            stats = self.recorder.close()
-            if stats.dropped or stats.failed:
-                log.warning(
-                    "episode videos: %d recorded, %d dropped (the encoder fell behind), "
-                    "%d failed", stats.recorded, stats.dropped, stats.failed,
-                )  # fmt: skip
+        if self.videos is not None:
+            self.videos.close()
 
     # ----- checkpoints -------------------------------------------------------------
     def rank_state(self) -> dict[str, Any]:

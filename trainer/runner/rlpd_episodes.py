@@ -12,6 +12,7 @@ import torch
 
 from trainer.data.replay import Batch, transition_batch
 from trainer.envs.vector_env import VectorEnv
+from trainer.videos.capture import RoundCapture
 
 
 @dataclass
@@ -45,10 +46,14 @@ def run_episodes(
     init_states: torch.Tensor,
     act: Callable[[torch.Tensor], torch.Tensor],
     on_step: Callable[[Batch], None],
+    capture: RoundCapture | None = None,
 ) -> EpisodeStats:
     """Reset every copy to its init state, then step until each has ended one episode;
-    `on_step` gets each step's transitions of the copies still in their episode."""
+    `on_step` gets each step's transitions of the copies still in their episode;
+    `capture` records a few copies' pictures for episode videos."""
     obs = env.reset(task_id, init_states)
+    if capture is not None:
+        capture.start()
     copies = env.num_envs
     # Kept beside the CPU envs, whatever device the actor is on.
     cpu = torch.device("cpu")
@@ -59,6 +64,8 @@ def run_episodes(
     while bool(running.any()):
         actions = act(obs)
         step = env.step(actions)
+        if capture is not None:
+            capture.step(step)
         rows = transition_batch(obs, actions, step)
         on_step({name: tensor[running] for name, tensor in rows.items()})
         returns += torch.where(running, step.reward, 0.0)

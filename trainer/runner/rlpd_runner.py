@@ -58,6 +58,8 @@ from trainer.runner.loop import (
     TrainingLoop,
 )
 from trainer.runner.rlpd_episodes import EpisodeStats, run_episodes
+from trainer.videos.capture import RoundCapture
+from trainer.videos.run_videos import RunVideos
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +110,11 @@ class Collector(Protocol):
     def init_state_count(self, task_id: int) -> int: ...
 
     def collect(
-        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
-    ) -> EpisodeStats: ...
+        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm,
+        capture: RoundCapture | None = None,
+    ) -> EpisodeStats:  # fmt: skip
+        """`capture`: what to record of the episodes for videos (only copies in this
+        process are recorded: placed workers are given None)."""
 
     def close(self) -> None: ...
 
@@ -133,20 +138,23 @@ class LocalEpisodes:
         return int(self.env.init_states(task_id).shape[0])
 
     def collect(
-        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
-    ) -> EpisodeStats:
-        return self.episodes(task_id, indices, algorithm.act, algorithm.take_step)
+        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm,
+        capture: RoundCapture | None = None,
+    ) -> EpisodeStats:  # fmt: skip
+        return self.episodes(task_id, indices, algorithm.act, algorithm.take_step, capture)
 
     def episodes(
         self, task_id: int, indices: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor],
         take_step: Callable[[dict[str, torch.Tensor]], None],
+        capture: RoundCapture | None = None,
     ) -> EpisodeStats:  # fmt: skip
         """One episode of the copies from `indices`' init states, acting with `act`,
-        each step's transitions to `take_step` (a placed worker's own loop uses this)."""
+        each step's transitions to `take_step` (a placed worker's own loop uses this);
+        `capture` records a few of them for videos."""
         states = self.env.init_states(task_id)[indices]
         for attempt in range(self.retries + 1):
             try:
-                return run_episodes(self.env, task_id, states, act, take_step)
+                return run_episodes(self.env, task_id, states, act, take_step, capture)
             except EnvWorkerError as error:
                 if attempt == self.retries:
                     raise EnvWorkerError(
@@ -173,17 +181,19 @@ class RLPDRunner(TrainingLoop):
         link: Link | None = None,
         on_recovery: RecoveryCallback | None = None,
         on_episodes: EpisodesCallback | None = None,
+        on_video: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         """`actors`: the run's env copies elsewhere, e.g. in placed workers that act with
         the weights this learner publishes (trainer.runtime.rlpd_split.RLPDActors);
         None: in this process. `link`: the run's link, which the operator console's
-        commands arrive by."""
+        commands arrive by. `on_video`: told each recorded episode's record."""
         super().__init__(
             config, output_dir, on_metrics=on_metrics, on_checkpoint=on_checkpoint,
             on_episodes=on_episodes,
         )  # fmt: skip
         # The env of this process's copies (None when they are placed).
         self.env = build_env(config, link) if actors is None else None
+        self.videos: RunVideos | None = None  # set once the run is built (close reads it)
         if actors is None:
 
             def recovered(what: str) -> None:
@@ -212,6 +222,9 @@ class RLPDRunner(TrainingLoop):
             {task: envs.init_state_count(task) for task in task_ids}
         )
         self.buffer_dir = self.output_dir / "buffers"
+        # Episode videos of the copies in this process (placed workers record none yet).
+        if self.env is not None:
+            self.videos = RunVideos.of(config.runner.videos, self.env, self.output_dir, on_video)
 
     def _task_ids(self) -> list[int]:
         config = self.config
@@ -259,7 +272,10 @@ class RLPDRunner(TrainingLoop):
         algorithm = self.algorithm
         algorithm.start_iteration(task_id)
         started = time.monotonic()
-        stats = self.collector.collect(task_id, indices, algorithm)
+        capture = self._round_capture(task_id, indices)
+        stats = self.collector.collect(task_id, indices, algorithm, capture)
+        if capture is not None:
+            self.videos.finish(capture)
         elapsed = time.monotonic() - started
         update_metrics, update_seconds = algorithm.update_metrics, algorithm.update_seconds
         stepping_aside = 0.0 if self.collector.steps_while_updating else update_seconds
@@ -312,8 +328,25 @@ class RLPDRunner(TrainingLoop):
         )
         return metrics
 
+    def _round_capture(self, task_id: int, indices: list[int]) -> RoundCapture | None:
+        """What of this iteration's episodes to record (copies in this process only)."""
+        if self.videos is None:
+            return None
+        self.videos.new_iteration()
+        iteration = self.iteration + 1
+
+        def name(copy: int) -> str:
+            return f"i{iteration:06d}-t{task_id}-c{copy}"
+
+        return self.videos.capture(
+            iteration, task_id, self.env.task_name(task_id), [int(i) for i in indices], None,
+            self.num_envs, name,
+        )  # fmt: skip
+
     def close(self) -> None:
         self.collector.close()
+        if self.videos is not None:
+            self.videos.close()
 
     def summary(self, metrics: dict[str, float]) -> str:
         return (

@@ -163,6 +163,7 @@ class ActorRank:
             link=link,
             robots=robots,
             on_episodes=lambda first, rates: self.reports.put(("episodes", first, rates)),
+            on_video=lambda record: self.reports.put(("episode", 0, record)),
         )
         if self.rank == 0:
             card = model_card(self.runner.algorithm.policy, self.config.actor.model)
@@ -251,13 +252,15 @@ def train_distributed(
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     link_env: dict[str, str] | None = None,
     on_episodes: Callable[[int, list[float]], None] | None = None,
+    on_video: Callable[[dict[str, Any]], None] | None = None,
     start_timeout_s: float = 120.0,
 ) -> DistributedResult:
     """Train `config` on the actor ranks of `plan`; see the module's docstring.
 
     With interventions, each env worker wraps its copies for them: `link_env` (the
     run's link variables) lets a console reach the worker's robots over a robot link of
-    its own; `on_event` gets the workers' stored events (ended takeovers)."""
+    its own; `on_event` gets the workers' stored events (ended takeovers). `on_video`
+    gets rank 0's recorded episodes (`runner.videos`)."""
     import ray
     from ray.util.queue import Queue
 
@@ -339,11 +342,14 @@ def train_distributed(
         log.info("%d actor ranks joined at %s:%d (%s)", world_size, address, port, backend)
         if on_placed is not None:
             on_placed(ranks)
+        handlers = {
+            "metrics": on_metrics, "checkpoint": on_checkpoint, "recovered": on_recovery,
+            "model": on_model, "event": on_event, "episodes": on_episodes, "episode": on_video,
+        }  # fmt: skip
         loops = [h.learn.remote(resume) for h in handles]
         stop_sent = False
         while True:
-            _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event,
-                   on_episodes)  # fmt: skip
+            _relay(reports, handlers)
             if not stop_sent and should_stop is not None and should_stop():
                 for handle in handles:
                     handle.ask_to_stop.remote()
@@ -355,7 +361,7 @@ def train_distributed(
             if len(done) == len(loops):
                 break
         results = ray.get(loops)
-        _relay(reports, on_metrics, on_checkpoint, on_recovery, on_model, on_event, on_episodes)
+        _relay(reports, handlers)
         first = results[0]
         return DistributedResult(
             first["iteration"], first["last"], ranks, stopped=stop_sent, per_rank=results
@@ -369,7 +375,7 @@ def train_distributed(
             ray.kill(handle)
         for handle in [*env_handles.values(), *rollout_handles.values()]:
             ray.kill(handle)  # the ranks closed them; any left (a rank that failed) go here
-        _relay(reports, None, None, None, None, on_event)  # takeovers their closing ended
+        _relay(reports, {"event": on_event})  # takeovers their closing ended
         reports.shutdown()
 
 
@@ -377,17 +383,9 @@ def _rank(actor: Any) -> int:
     return actor.process.process_rank
 
 
-def _relay(
-    reports: Any,
-    on_metrics: Callable[[int, dict[str, float]], None] | None,
-    on_checkpoint: Callable[[int, Path], None] | None,
-    on_recovery: Callable[[int, str], None] | None,
-    on_model: Callable[[dict[str, Any]], None] | None = None,
-    on_event: Callable[[str, dict[str, Any]], None] | None = None,
-    on_episodes: Callable[[int, list[float]], None] | None = None,
-) -> bool:
-    """Pass the reports waiting on to their callbacks; whether any came (a heartbeat,
-    kind `alive`, included)."""
+def _relay(reports: Any, handlers: dict[str, Callable[..., None] | None]) -> bool:
+    """Pass the reports waiting on to their handlers (by kind; a kind without one is
+    dropped); whether any came (a heartbeat, kind `alive`, included)."""
     heard = False
     while True:
         try:
@@ -395,18 +393,17 @@ def _relay(
         except Empty:
             return heard
         heard = True
-        if kind == "metrics" and on_metrics is not None:
-            on_metrics(iteration, payload)
-        elif kind == "checkpoint" and on_checkpoint is not None:
-            on_checkpoint(iteration, Path(payload))
-        elif kind == "recovered" and on_recovery is not None:
-            on_recovery(iteration, payload)
-        elif kind == "model" and on_model is not None:
-            on_model(payload)
-        elif kind == "event" and on_event is not None:
-            on_event(payload["kind"], payload["data"])
-        elif kind == "episodes" and on_episodes is not None:
-            on_episodes(iteration, payload)  # the first episode's number, the rates
+        handle = handlers.get(kind)
+        if handle is None:
+            continue
+        if kind == "checkpoint":
+            handle(iteration, Path(payload))
+        elif kind in ("model", "episode"):
+            handle(payload)
+        elif kind == "event":
+            handle(payload["kind"], payload["data"])
+        else:  # metrics, recovered; episodes: the first episode's number, the rates
+            handle(iteration, payload)
 
 
 def _local_ranks(processes: list[Any]) -> dict[int, int]:

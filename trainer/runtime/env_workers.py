@@ -24,12 +24,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 
 from trainer.cluster.discovery import ranked_ray_nodes
 from trainer.config.env_shards import ENV, EnvShard, shard_sizes
 from trainer.config.schema import ExperimentConfig
+from trainer.envs.pictures import picture_copies
 from trainer.envs.registry import make_vector_env
 from trainer.envs.sharded_vector_env import ShardedVectorEnv, env_facts
 from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv, concat_steps
@@ -92,6 +94,9 @@ class EnvWorker:
 
     def step(self, actions: torch.Tensor) -> EnvStep:
         return self.env.step(actions)
+
+    def pictures(self, copies: list[int], size: int) -> np.ndarray | None:
+        return picture_copies(self.env, copies, size)
 
     def close(self) -> None:
         close_env(self.env)  # a console first: it ends takeovers under way and audits them
@@ -184,11 +189,10 @@ class PlacedVectorEnv(ShardedVectorEnv):
             raise errors[0]
         return replies
 
-    def _call(self, method: str, args: list[tuple], doing: str) -> list[Any]:
-        """Call `method` on every worker at once, worker i with args[i]."""
+    def _call_some(self, method: str, args: dict[int, tuple], doing: str) -> list[Any]:
         calls = {
-            worker: getattr(handle, method).remote(*args[worker])
-            for worker, handle in enumerate(self._handles)
+            worker: getattr(self._handles[worker], method).remote(*arguments)
+            for worker, arguments in args.items()
         }
         return self._gather(calls, doing)
 

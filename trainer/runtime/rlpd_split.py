@@ -256,8 +256,9 @@ class RLPDActors:
         return f"env worker {worker} on node {where.node_rank} (pid {where.pid})"
 
     def collect(
-        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm
-    ) -> EpisodeStats:
+        self, task_id: int, indices: torch.Tensor, algorithm: RLPDAlgorithm,
+        capture: None = None,
+    ) -> EpisodeStats:  # fmt: skip
         """Every worker runs one episode of `task_id` on its share of `indices` (acting
         at random while the algorithm explores); the transitions go into `algorithm`'s
         buffers and pay for its updates as they come."""
@@ -477,17 +478,14 @@ def train_rlpd_split(
         processes = [ProcessReport(**here), *(ProcessReport(**d["where"]) for d in described)]
         if on_placed is not None:
             on_placed(processes)
+        handlers = {
+            "metrics": metrics, "checkpoint": on_checkpoint, "recovered": recovered,
+            "event": on_event, "episodes": on_episodes,
+        }  # fmt: skip
         loop = learner.learn.remote(resume)
         stop_sent, heard = False, time.monotonic()
         while True:
-            if _relay(
-                reports,
-                metrics,
-                on_checkpoint,
-                recovered,
-                on_event=on_event,
-                on_episodes=on_episodes,
-            ):
+            if _relay(reports, handlers):
                 heard = time.monotonic()
             if not stop_sent and should_stop is not None and should_stop():
                 learner.ask_to_stop.remote()
@@ -501,9 +499,7 @@ def train_rlpd_split(
                     f"the learner on node {here['node_rank']} (pid {here['pid']}) sent "
                     f"nothing for {timeout_s:g} s (stalled learner)"
                 )
-        _relay(
-            reports, metrics, on_checkpoint, recovered, on_event=on_event, on_episodes=on_episodes
-        )
+        _relay(reports, handlers)
         return DistributedResult(
             result["iteration"], result["last"], processes, stop_sent, [result]
         )
@@ -516,7 +512,7 @@ def train_rlpd_split(
                     pass
             ray.kill(actor.handle)
         # The takeovers the workers' closing ended, for the audit.
-        _relay(reports, None, None, recovered, on_event=on_event)
+        _relay(reports, {"recovered": recovered, "event": on_event})
         for queue in (reports, transitions):
             queue.shutdown()
 

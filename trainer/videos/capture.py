@@ -1,9 +1,6 @@
 """What a rollout round records for videos: the pictures of a few of its copies at each
-decision, who acted at each step and the rewards, until each copy's episode ends.
-
-Pictures are those the env already makes for the operator console: LIBERO's cameras
-of its last observation (agent view and wrist side by side), else the env's top-down
-render (the built-in env); an env with neither records nothing."""
+decision (trainer.envs.pictures), who acted at each step and the rewards, until each
+copy's episode ends."""
 
 from __future__ import annotations
 
@@ -13,30 +10,26 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.envs.pictures import Pictures
 from trainer.envs.vector_env import EnvStep
 from trainer.videos.recorder import EpisodeClip
 
-Pictures = Callable[[list[int]], np.ndarray]  # copies → [n, H, W, 3] uint8
+# The step bar's colours (app.css): a picture at which the operator acted, or the arm
+# was held, gets a border of that colour, so the video itself shows who acted when.
+BORDERS = {"human": (224, 138, 30), "held": (154, 161, 173)}
 
 
-def pictures_of(env: object, size: int) -> Pictures | None:
-    """How to picture copies of `env` (or of the env it wraps); None when it has no
-    picture to give."""
-    inner = env
-    while not hasattr(inner, "camera_frames") and not hasattr(inner, "render_copies"):
-        inner = getattr(inner, "env", None)
-        if inner is None:
-            return None
-    if hasattr(inner, "camera_frames"):
-        if not list(getattr(inner, "camera_names", [])):  # a state-only LIBERO run
-            return None
-
-        def cameras(copies: list[int]) -> np.ndarray:
-            frames = [inner.camera_frames(copy) for copy in copies]
-            return np.stack([np.concatenate(list(f.values()), axis=1) for f in frames])
-
-        return cameras
-    return lambda copies: inner.render_copies(torch.tensor(copies, device="cpu"), size).numpy()
+def mark_actors(frames: np.ndarray, actors: list[str]) -> np.ndarray:
+    """`frames` ([T, H, W, 3], one per step) with a border on those whose step was not
+    the policy's."""
+    marked = frames.copy()
+    width = max(2, frames.shape[1] // 32)
+    for frame, actor in zip(marked, actors, strict=False):
+        colour = BORDERS.get(actor)
+        if colour is not None:
+            for edge in (frame[:width], frame[-width:], frame[:, :width], frame[:, -width:]):
+                edge[...] = colour
+    return marked
 
 
 class RoundCapture:
@@ -85,9 +78,11 @@ class RoundCapture:
                 self.frames[i].append(shown[i])
 
     def clips(self, count: int) -> list[EpisodeClip]:
-        """Up to `count` of the recorded episodes, successes and failures in turn while
-        both are left (a rollout's failures are what people look for)."""
+        """Up to `count` of the recorded episodes, failures and successes in turn while
+        both are left (a rollout's failures are what people look for), those in which
+        an operator acted first (the rarest, and what a console's user comes back to)."""
         ended = [i for i in range(len(self.copies)) if self.actors[i]]
+        ended.sort(key=lambda i: "human" not in self.actors[i])  # stable
         wins = [i for i in ended if self.success[i]]
         losses = [i for i in ended if not self.success[i]]
         chosen: list[int] = []
@@ -96,7 +91,8 @@ class RoundCapture:
                 if side and len(chosen) < count:
                     chosen.append(side.pop(0))
         return [
-            EpisodeClip(self.name(self.copies[i]), self.task, np.stack(self.frames[i]),
+            EpisodeClip(self.name(self.copies[i]), self.task,
+                        mark_actors(np.stack(self.frames[i]), self.actors[i]),
                         self.actors[i], self.rewards[i], self.success[i], self.info[i])
             for i in sorted(chosen)
         ]  # fmt: skip

@@ -4,7 +4,8 @@ opens the episodes behind its number."""
 
 from __future__ import annotations
 
-from trainer.videos.capture import RoundCapture, pictures_of
+from trainer.envs.pictures import pictures_of
+from trainer.videos.capture import RoundCapture
 from trainer.videos.recorder import EpisodeRecorder
 
 

@@ -18,6 +18,7 @@ from tests.trainer.hardware.fake_camera import FakeCamera
 from tests.trainer.hardware.fake_serl_server import HOME, fake_servers
 from trainer.config.errors import ConfigError
 from trainer.config.loading import load_config
+from trainer.envs.pictures import pictures_of
 from trainer.envs.real_robot import OBS_DIM, RobotConsoleView
 from trainer.envs.registry import make_vector_env
 from trainer.envs.success_classifier import (
@@ -122,6 +123,31 @@ def test_the_console_sees_each_arms_camera_and_its_estop_reaches_the_arm(servers
             assert len(servers[0].posed()) == sent + 1  # held where it is, at once
         finally:
             env.close()
+    finally:
+        camera.stop()
+
+
+def test_episode_videos_picture_each_arms_cameras_side_by_side(servers, tmp_path):
+    camera = FakeCamera()
+    camera.red = 77
+    try:
+        cameras = [{"name": "wrist", "url": camera.url("stream")},
+                   {"name": "top", "url": camera.url("snapshot")}]  # fmt: skip
+        options = env_options(config(servers, tmp_path, cameras=cameras))
+        env = make_vector_env("real_robot", 2, **options)
+        try:
+            pictures = pictures_of(env, 16)([0, 1])
+        finally:
+            env.close()
+        assert pictures.shape == (2, 16, 32, 3)  # the wrist's, then the top camera's
+        for half in (pictures[:, :, :16], pictures[:, :, 16:]):
+            assert np.abs(half[..., 0].astype(int) - 77).max() <= 6
+            assert np.abs(half[..., 1].astype(int) - 100).max() <= 6
+        without = make_vector_env("real_robot", 2, **env_options(config(servers, tmp_path)))
+        try:
+            assert pictures_of(without, 16) is None  # arms without cameras: no videos
+        finally:
+            without.close()
     finally:
         camera.stop()
 

@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.ray_cluster import labelled_ray_cluster
@@ -70,10 +71,10 @@ def two_nodes():
 def test_env_workers_step_on_their_nodes_and_a_killed_one_is_replaced(two_nodes, tmp_path):
     config = load_config(
         EXAMPLE,
-        [*SMALL, "runner.iterations=3",
+        [*SMALL, "runner.iterations=3", "runner.videos.every=2", "runner.videos.size=32",
          "cluster={num_nodes: 2, component_placement: {actor: '0', env: '0-1:0-3'}}"],
     )  # fmt: skip
-    placed, recoveries, killed = [], [], []
+    placed, recoveries, killed, videos = [], [], [], []
 
     def kill_one_env_worker(iteration, metrics):
         if iteration == 1:
@@ -84,6 +85,7 @@ def test_env_workers_step_on_their_nodes_and_a_killed_one_is_replaced(two_nodes,
     result = train_distributed(
         config, distributed_plan(config), tmp_path, on_placed=placed.extend,
         on_metrics=kill_one_env_worker, on_recovery=lambda it, what: recoveries.append(what),
+        on_video=videos.append,
     )  # fmt: skip
     assert result.iteration == 3
     envs = sorted((p for p in placed if p.component == "env"), key=lambda p: p.rank)
@@ -94,6 +96,10 @@ def test_env_workers_step_on_their_nodes_and_a_killed_one_is_replaced(two_nodes,
     assert result.last_metrics["rollout/episodes"] >= 8
     (what,) = recoveries
     assert f"env worker 3 (node 1, pid {killed[0]})" in what and "restarted as pid" in what
+    # Iterations 1 and 3 recorded episodes of copies the workers pictured, into the
+    # run's folder, each told to the driver.
+    assert sorted({video["iteration"] for video in videos}) == [1, 3]
+    assert all((tmp_path / "videos" / video["file"]).stat().st_size for video in videos)
 
 
 @pytest.mark.timeout(600)
@@ -127,15 +133,18 @@ def test_pipeline_stages_need_enough_placed_env_workers():
 @pytest.mark.timeout(600)
 def test_a_pipelined_round_runs_the_episodes_the_plain_round_runs(two_nodes):
     """Two stages of one worker each against the same workers stepped at once, with a
-    policy whose noise is negligible (std e^-20): the same episodes, step for step."""
+    policy whose noise is negligible (std e^-20): the same episodes, step for step, and
+    the same pictures of the first stage's copies recorded for videos."""
     import ray
     import torch
 
     from trainer.config.env_shards import EnvShard
+    from trainer.envs.pictures import pictures_of
     from trainer.models.plan_cache import assign_horizons
     from trainer.runner.build import build_components, env_options
     from trainer.runner.collection import run_round
     from trainer.runtime.env_workers import EnvWorker, PlacedVectorEnv, env_worker_args
+    from trainer.videos.capture import RoundCapture
 
     config = load_config(
         EXAMPLE, [*SMALL, "env.num_parallel_envs=6", "actor.model.init_log_std=-20"]
@@ -149,12 +158,26 @@ def test_a_pipelined_round_runs_the_episodes_the_plain_round_runs(two_nodes):
         horizons = assign_horizons(config.rollout.action_horizons_pattern, env.num_envs)
         steps = env.max_episode_steps
         indices = [0, 1, 2, 3, 4, 5]
-        rounds = {
-            stages: run_round(env, algorithm, 1, indices, horizons, steps, 12, 2, stages)
+        # Copies 0 and 1 (the first stage's) recorded for videos, pictured by their worker.
+        pictures = pictures_of(env, 32)
+        captures = {
+            stages: RoundCapture(pictures, [0, 1], 1, [{}, {}], lambda copy: f"c{copy}")
             for stages in (1, 2)
-        }
+        }  # fmt: skip
+        rounds = {
+            stages: run_round(env, algorithm, 1, indices, horizons, steps, 12, 2, stages,
+                              captures[stages])
+            for stages in (1, 2)
+        }  # fmt: skip
     finally:
         env.close()
+    plain_clips, pipelined_clips = (captures[stages].clips(2) for stages in (1, 2))
+    for plain_clip, pipelined_clip in zip(plain_clips, pipelined_clips, strict=True):
+        assert pipelined_clip.actors == plain_clip.actors
+        assert pipelined_clip.rewards == plain_clip.rewards
+        assert pipelined_clip.frames.shape == plain_clip.frames.shape
+        assert len(plain_clip.frames) == len(plain_clip.actors)
+        assert np.abs(pipelined_clip.frames.astype(int) - plain_clip.frames).max() <= 1
     plain, pipelined = rounds[1], rounds[2]
     assert torch.equal(plain.valid, pipelined.valid)
     assert torch.equal(plain.episode_success, pipelined.episode_success)

@@ -2,7 +2,8 @@
 episodes per task (failures and successes in turn), each an mp4 of the env's pictures
 that moves, with its record in videos/index.jsonl and over the link (an `episode`
 event the protocol accepts) saying who acted at each step, the rewards and the
-outcome. A run that asks for none records none; an operator's steps show as human."""
+outcome. A run that asks for none records none; an operator's steps show as human.
+Copies in env worker processes are pictured there; RLPD runs record as on-policy ones."""
 
 import av
 import numpy as np
@@ -10,6 +11,8 @@ import numpy as np
 from trainer.config.loading import load_config
 from trainer.link.protocol import Event
 from trainer.runner.on_policy_runner import OnPolicyRunner
+from trainer.runner.rlpd_runner import RLPDRunner
+from trainer.videos.capture import BORDERS
 from trainer.videos.recorder import read_index
 
 QUICK = [
@@ -59,3 +62,47 @@ def test_an_operators_steps_are_marked_human(tmp_path):
         "env.interventions.source=scripted", "env.interventions.share=1.0")  # fmt: skip
     index = read_index(tmp_path / "videos")
     assert index and all(row["human_steps"] == row["length"] for row in index)
+
+
+def test_copies_stepped_by_env_worker_processes_are_pictured_by_their_worker(tmp_path):
+    told = run(tmp_path, "env.num_workers=2", "runner.videos.every=1", "runner.iterations=1",
+               "runner.videos.per_task=2", "runner.videos.size=64")  # fmt: skip
+    index = read_index(tmp_path / "videos")
+    assert len(index) == 2 and told == index
+    for row in index:
+        with av.open(str(tmp_path / "videos" / row["file"])) as container:
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        assert len(frames) == row["length"]
+        assert np.abs(frames[0].astype(int) - frames[-1].astype(int)).max() > 50
+
+
+def test_an_rlpd_run_records_its_episodes_and_the_operators_steps(tmp_path):
+    told: list[dict] = []
+    config = load_config(
+        "examples/builtin_rlpd.yaml",
+        ["runner.iterations=2", "runner.progress=false", "env.max_episode_steps=20",
+         "algorithm.rlpd.training_starts=1000", "runner.videos.every=1",
+         "runner.videos.per_task=4", "env.interventions.share=0.5"],
+    )  # fmt: skip
+    runner = RLPDRunner(config, output_dir=tmp_path, on_video=told.append)
+    try:
+        runner.learn()
+    finally:
+        runner.close()
+    index = read_index(tmp_path / "videos")
+    assert sorted(row["iteration"] for row in index) == [1] * 4 + [2] * 4
+    assert told == index
+    for row in index:
+        Event(seq=1, kind="episode", data=row)
+        assert "horizon" not in row  # RLPD plans no horizons
+        assert (tmp_path / "videos" / row["file"]).stat().st_size > 0
+    # Half the copies are the scripted operator's: some recorded episode shows its steps,
+    # and the video itself marks them with the step bar's orange border.
+    assert any(row["human_steps"] for row in index)
+    for row in index:
+        with av.open(str(tmp_path / "videos" / row["file"])) as container:
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        for frame, actor in zip(frames, row["actors"], strict=True):
+            edge = frame[0, frame.shape[1] // 2].astype(int)
+            bordered = np.abs(edge - BORDERS["human"]).max() < 60
+            assert bordered == (actor == "human"), (row["name"], actor, edge)
