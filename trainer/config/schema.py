@@ -220,7 +220,23 @@ class EnvConfig(Section):
         "has 50).",
     )
     seed: int = Field(0, description="Seed of the env's init-state sets.")
+    instructions: dict[NonNegativeInt, Annotated[str, Field(min_length=1, max_length=500)]] = Field(
+        {},
+        max_length=64,
+        description="Built-in env: the sentence a VLA is told for a task, by task id, in "
+        "place of the built-in one (a multi-task mix whose instructions differ in "
+        "length, as LIBERO's do); {}: the built-in sentences.",
+    )
     interventions: InterventionConfig = InterventionConfig()
+
+    @model_validator(mode="after")
+    def _instructions_only_built_in(self) -> EnvConfig:
+        if self.instructions and self.name != "builtin_reach":
+            raise ValueError(
+                f"instructions: only the built-in env's tasks can be renamed ({self.name}'s "
+                "instructions are its own)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

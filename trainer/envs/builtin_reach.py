@@ -69,13 +69,21 @@ class BuiltinReachEnv(VectorEnv):
         physics_substeps: int = 1,
         vision_language: bool = False,
         image_size: int = DEFAULT_IMAGE_SIZE,
+        instructions: dict[int, str] | None = None,
     ) -> None:
+        """`instructions`: sentences told to a VLA in place of the built-in ones, by task
+        id."""
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
         if physics_substeps < 1:
             raise ValueError(f"physics_substeps must be at least 1, not {physics_substeps}")
         if suite is not None:
             raise ValueError(f"the built-in env has no suites (got suite {suite!r})")
+        unknown = sorted(set(instructions or {}) - set(range(len(TASK_NAMES))))
+        if unknown:
+            raise ValueError(
+                f"instructions: the built-in env has tasks 0..{len(TASK_NAMES) - 1}, not {unknown}"
+            )
         self.num_envs = num_envs
         self.num_tasks = len(TASK_NAMES)
         self.action_dim = ACTION_DIM
@@ -97,7 +105,10 @@ class BuiltinReachEnv(VectorEnv):
                 image_shape=(3, image_size, image_size),
                 num_images=1,
                 proprio_dim=PROPRIO_DIM,
-                instructions=INSTRUCTIONS,
+                instructions=tuple(
+                    (instructions or {}).get(task, sentence)
+                    for task, sentence in enumerate(INSTRUCTIONS)
+                ),
             )
             self.obs_shape = (self.vision_language.row_size,)
         self._init_state_sets = [

@@ -110,6 +110,8 @@ def env_options(config: ExperimentConfig) -> dict[str, Any]:
         only_some["image_size"] = config.env.image_size
     if config.actor.model.kind == "vla":
         only_some["vision_language"] = True
+    if config.env.instructions:
+        only_some["instructions"] = dict(config.env.instructions)
     if config.env.name == "real_robot":
         real = config.env.real_robot
         robots = [robot.model_dump() for robot in real.robots]

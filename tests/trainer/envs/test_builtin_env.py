@@ -1,7 +1,10 @@
 import pytest
 import torch
 
+from trainer.config.errors import ConfigError
+from trainer.config.loading import load_config
 from trainer.envs import TASK_NAMES, BuiltinReachEnv, make_vector_env
+from trainer.runner.build import env_options
 
 torch.set_num_threads(1)
 
@@ -180,3 +183,16 @@ def test_with_a_camera_it_observes_its_top_down_view_and_the_scripted_operator_s
         assert step.obs.shape == (3, 3, 24, 24)
         assert step.final_observation.shape == (3, 3, 24, 24)
     assert solved.all()
+
+
+def test_a_vla_can_be_told_other_instructions_for_some_tasks():
+    config = load_config("examples/builtin_vla.yaml", ["env.instructions={0: 'reach red'}"])
+    env = make_vector_env("builtin_reach", 2, **env_options(config))
+    told = env.vision_language.instructions
+    assert told[0] == "reach red" and told[1] == "reach the green marker with the gripper open"
+    with pytest.raises(
+        ValueError, match=r"instructions: the built-in env has tasks 0\.\.5, not \[9\]"
+    ):
+        BuiltinReachEnv(num_envs=1, vision_language=True, instructions={9: "x"})
+    with pytest.raises(ConfigError, match="only the built-in env's tasks can be renamed"):
+        load_config("examples/libero_spatial_vla.yaml", ["env.instructions={0: 'x'}"])
