@@ -87,7 +87,7 @@ class ShardedVectorEnv(VectorEnv):
 
     def pictures_from_workers(self, copies: list[int], size: int) -> np.ndarray | None:
         """Pictures of `copies` (the run's numbering, increasing), each made by the worker
-        that steps it as `trainer.videos.capture.pictures_of` makes it there; None when
+        that steps it as `trainer.envs.pictures.pictures_of` makes it there; None when
         the env gives none. Only the workers holding those copies are asked."""
         starts = [sum(self.shard_sizes[:worker]) for worker in range(len(self.shard_sizes))]
         local: dict[int, list[int]] = {}

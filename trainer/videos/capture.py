@@ -43,13 +43,19 @@ class RoundCapture:
         self.pictures, self.copies, self.task, self.info, self.name = (
             pictures, copies, task, info, name,
         )  # fmt: skip
-        self.frames: list[list[np.ndarray]] = [[] for _ in copies]
-        self.actors: list[list[str]] = [[] for _ in copies]
-        self.rewards: list[list[float]] = [[] for _ in copies]
-        self.success = [False] * len(copies)
-        self.running = [True] * len(copies)
+        self._clear()
+
+    def _clear(self) -> None:
+        """Nothing recorded (a round redone after an env worker failed starts again)."""
+        count = len(self.copies)
+        self.frames: list[list[np.ndarray]] = [[] for _ in range(count)]
+        self.actors: list[list[str]] = [[] for _ in range(count)]
+        self.rewards: list[list[float]] = [[] for _ in range(count)]
+        self.success = [False] * count
+        self.running = [True] * count
 
     def start(self) -> None:
+        self._clear()
         for frames, picture in zip(self.frames, self.pictures(self.copies), strict=True):
             frames.append(picture)
 
