@@ -9,7 +9,6 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
@@ -18,6 +17,7 @@ from controlplane.runs.evaluations import EvalRequest, request_evaluation
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
+from tests.browser.off_loop import off_the_loop
 from tests.processes import wait_until
 from tests.runs import submitted_run
 from trainer.link.client import TrainerLink
@@ -59,27 +59,6 @@ class Streamer:
         self._stop.set()
         self._thread.join(timeout=10)
         self.link.close(timeout=30)
-
-
-def off_the_loop(work, *args):
-    """Run `work` in a thread of its own: sync Playwright keeps an event loop in the test's
-    thread, where publishing through a Redis channel layer (async_to_sync) cannot run."""
-    result, failures = [], []
-
-    def run() -> None:
-        try:
-            result.append(work(*args))
-        except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
-            failures.append(error)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if failures:
-        raise failures[0]
-    return result[0]
 
 
 @pytest.fixture

@@ -2,13 +2,10 @@
 one leaves "Active"), without htmx errors; Home's launch dialog; wide placement grids
 scroll inside their card; the config editor spans the page; the favicon."""
 
-import threading
-
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
 from playwright.sync_api import expect
 
 from controlplane.experiments.services import create_experiment
@@ -17,6 +14,7 @@ from controlplane.realtime.publish import publish
 from controlplane.runs import telemetry
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
+from tests.browser.off_loop import off_the_loop
 from tests.runs import queued_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -51,26 +49,6 @@ def session(browser, stack_factory, settings):
     page.stack, page.errors, page.experiment = stack, errors, experiment
     yield page
     page.close()
-
-
-def off_the_loop(work, *args) -> None:
-    """Run `work` in a thread of its own: sync Playwright keeps an event loop in the test's
-    thread, where publishing through a Redis channel layer (async_to_sync) cannot run."""
-    failures = []
-
-    def run() -> None:
-        try:
-            work(*args)
-        except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
-            failures.append(error)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if failures:
-        raise failures[0]
 
 
 def move(run: Run, state: RunState, reason: str = "") -> None:

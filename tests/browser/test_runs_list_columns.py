@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 from controlplane.experiments.services import create_experiment
 from controlplane.runs.models import RunState
 from controlplane.runs.state import transition
+from tests.browser.off_loop import off_the_loop
 from tests.runs import run_with
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -38,7 +39,7 @@ def test_a_column_is_added_sorted_and_kept_through_live_updates(operator_page, s
     page.screenshot(path=str(page.web.log_dir / "runs-columns.png"), full_page=True)
 
     # A live update replaces the row; its chosen cells stay.
-    transition(low.pk, RunState.SUBMITTING)
+    off_the_loop(transition, low.pk, RunState.SUBMITTING)  # publishes to the page
     row = page.locator(f"#run-row-{low.pk}")
     expect(row.locator(".badge")).to_have_text("Submitting", timeout=15_000)
     expect(row.locator("td.chosen")).to_have_text(["0.2", "10"])
