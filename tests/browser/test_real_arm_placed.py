@@ -77,9 +77,12 @@ def test_an_operator_drives_an_arm_whose_worker_is_on_the_robot_node(
     (placed,) = RunEvent.objects.filter(run=run, kind="placed")
     where = {(p["component"], p["rank"]): p["node_rank"] for p in placed.data["processes"]}
     assert where == {("actor", 0): 0, ("env", 0): 1}  # the arm's worker on the robot node
-    (recovered,) = RunEvent.objects.filter(run=run, kind="recovered")
-    assert recovered.data["what"].startswith("env worker 0: ")
-    assert "franka-0" in recovered.data["what"] and "reached again" in recovered.data["what"]
+    # The outage is one recovery at least; an answer slower than the arm's timeout beside
+    # the whole suite is a lost link too, and recovered the same way.
+    recovered = [event.data["what"] for event in RunEvent.objects.filter(run=run, kind="recovered")]
+    assert recovered and all(
+        what.startswith("env worker 0: ") and "franka-0 reached again" in what for what in recovered
+    ), recovered
     (takeover,) = RunEvent.objects.filter(run=run, kind="takeover")
     assert takeover.data["operator"] == "olga" and takeover.data["robot_name"] == "franka-0"
     box = SafetyBox(*(tuple(BOX[key]) for key in ("xyz_low", "xyz_high", "rpy_low",
