@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "controlplane.experiments",
     "controlplane.runs",
     "controlplane.console",
+    "controlplane.sweeps",
     "controlplane.realtime",
     "controlplane.api",
 ]
@@ -179,6 +180,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     # Runs whose Ray job changed state without the trainer telling (crash, OOM, stop).
     "reconcile-active-runs": {"task": "runs.reconcile_active", "schedule": 10.0},
+    # Each running sweep's step: its trials' progress, pruning, and the next launches.
+    "advance-active-sweeps": {"task": "sweeps.advance_active", "schedule": 10.0},
 }
 
 # Where processes other than the web server reach it (the realtime relay, trainers).
