@@ -172,6 +172,12 @@ DOORS: dict[str, Door] = {
     "api-run-series": api("a run's metric series, downsampled into buckets", GET=VIEWER),
     "api-run-latest": api("every metric's latest value of a run", GET=VIEWER),
     "api-run-success": api("a run's success per horizon and task, from summed counts", GET=VIEWER),
+    "api-sweep-list": api("sweeps; start one", GET=VIEWER, POST=OPERATOR),
+    "api-sweep-detail": api("a sweep with its trials and importances", GET=VIEWER),
+    "api-sweep-cancel": api("cancel a sweep (stops its running trials)", POST=OPERATOR),
+    "api-sweep-best-revision": api(
+        "a new experiment revision from a sweep's best trial", POST=OPERATOR
+    ),
     # --- WebSockets ---------------------------------------------------------------------
     "ws-status": socket("live system status panel", VIEWER),
     "ws-runs": socket("live runs list", VIEWER),

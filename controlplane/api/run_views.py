@@ -107,7 +107,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = RunCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        key = _idempotency_key(request)
+        key = idempotency_key(request)
         experiment = get_object_or_404(Experiment, name=data["experiment"])
         revision = None
         if "revision" in data:
@@ -139,7 +139,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = EvaluateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        key = _idempotency_key(request)
+        key = idempotency_key(request)
         wanted = EvalRequest(data.get("checkpoint"), data.get("suite"), data.get("tasks"),
                              data.get("states"))  # fmt: skip
         try:
@@ -312,7 +312,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(success_rates.success(run.pk, buckets))
 
 
-def _idempotency_key(request: Request) -> str | None:
+def idempotency_key(request: Request) -> str | None:
     key = request.headers.get("Idempotency-Key") or None
     if key and len(key) > MAX_IDEMPOTENCY_KEY:
         raise ValidationError({"Idempotency-Key": f"At most {MAX_IDEMPOTENCY_KEY} characters."})

@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from controlplane.access.pages import guarded
-from controlplane.api import experiment_views, run_views, views
+from controlplane.api import experiment_views, run_views, sweep_views, views
 
 
 class OptionalSlashRouter(DefaultRouter):
@@ -19,6 +19,7 @@ router.register("clusters", views.ClusterViewSet, basename="api-cluster")
 router.register("robots", views.RobotViewSet, basename="api-robot")
 router.register("experiments", experiment_views.ExperimentViewSet, basename="api-experiment")
 router.register("runs", run_views.RunViewSet, basename="api-run")
+router.register("sweeps", sweep_views.SweepViewSet, basename="api-sweep")
 
 urlpatterns = [
     path("", include(router.urls)),

@@ -47,11 +47,18 @@ class Sweep(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # A client's retried request makes no second sweep (as for runs).
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"], name="unique_sweep_idempotency_key"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"sweep {self.pk} ({self.experiment.name})"

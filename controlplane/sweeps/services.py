@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 import optuna
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ruamel.yaml import YAML
 
@@ -30,23 +30,39 @@ def create_sweep(
     user,
     revision: Revision | None = None,
     cluster: Cluster | None = None,
-) -> Sweep:
+    idempotency_key: str | None = None,
+) -> tuple[Sweep, bool]:
     """A running sweep of the revision (the experiment's latest by default), its study in
-    Optuna's storage, and its first step queued. Raises ConfigError with every problem at
-    its key path: the sweep's own, and what launching the experiment would refuse."""
+    Optuna's storage, and its first step queued: (sweep, True); (the sweep, False) when
+    this user already made one with `idempotency_key`. Raises ConfigError with every
+    problem at its key path: the sweep's own, and what launching the experiment would
+    refuse."""
+    existing = _sweep_with_key(user, idempotency_key)
+    if existing is not None:
+        return existing, False
     revision = revision or experiment.latest_revision
     data = parse_yaml(spec_yaml, "the sweep")
     spec = check_sweep(parse_yaml(revision.config_yaml) or {}, data)
     freeze_config(revision, [], cluster, user)  # refused at launch: refused now
     study_name = f"armature-sweep-{uuid.uuid4().hex}"
     create_study(study_name, spec)  # first: the step the commit queues loads it
-    with transaction.atomic():
-        sweep = Sweep.objects.create(
-            experiment=experiment, revision=revision, cluster=cluster, spec_yaml=spec_yaml,
-            spec=spec.model_dump(mode="json"), created_by=user, study_name=study_name,
-        )  # fmt: skip
-        dispatch.advance_later(sweep.pk)
-    return sweep
+    try:
+        with transaction.atomic():
+            sweep = Sweep.objects.create(
+                experiment=experiment, revision=revision, cluster=cluster, spec_yaml=spec_yaml,
+                spec=spec.model_dump(mode="json"), created_by=user, study_name=study_name,
+                idempotency_key=idempotency_key,
+            )  # fmt: skip
+            dispatch.advance_later(sweep.pk)
+    except IntegrityError:  # the same key raced in from a second request
+        return _sweep_with_key(user, idempotency_key), False
+    return sweep, True
+
+
+def _sweep_with_key(user, idempotency_key: str | None) -> Sweep | None:
+    if not idempotency_key:
+        return None
+    return Sweep.objects.filter(created_by=user, idempotency_key=idempotency_key).first()
 
 
 def cancel_sweep(sweep: Sweep) -> Sweep:

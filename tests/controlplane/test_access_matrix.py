@@ -29,6 +29,7 @@ from controlplane.realtime.routing import websocket_application
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
 from controlplane.runs.tokens import make_run_token
+from controlplane.sweeps.models import Sweep
 
 CONFIG = (settings.BASE_DIR / "examples/builtin_ppo.yaml").read_text()
 TWO_NODES = (settings.BASE_DIR / "examples/clusters/two_nodes.yaml").read_text()
@@ -96,6 +97,13 @@ class Sample:
             for _ in range(2)
         )
         transition(self.run.pk, RunState.SUBMITTING)
+        # A sweep row alone (no study in Optuna's tables): its doors read and change it.
+        self.sweep = Sweep.objects.create(
+            experiment=experiment, revision=experiment.latest_revision, spec_yaml="",
+            spec={"space": {"actor.learning_rate": {"uniform": [1e-3, 2e-3]}},
+                  "objective": {"metric": "rollout/success_rate"}, "budget": {"trials": 1}},
+            study_name="sample",
+        )  # fmt: skip
 
     def client(self, caller: Caller, **headers) -> Client:
         if caller is Caller.RUN_TOKEN:
@@ -107,11 +115,16 @@ class Sample:
             client.force_login(self.users[caller])
         return client
 
+    def _pk(self, name: str) -> int:
+        if name.startswith("api-robot"):
+            return self.robot.pk
+        return self.sweep.pk if name.startswith("api-sweep") else self.run.pk
+
     def url(self, route: matrix.Route, caller: Caller) -> str:
         values = {
             "run_id": self.run.pk,
             "other_id": self.other.pk,
-            "pk": self.robot.pk if route.name.startswith("api-robot") else self.run.pk,
+            "pk": self._pk(route.name),
             "name": "sample",
             "path": "metrics.jsonl",
             "token_id": self.tokens.get(caller, self.tokens[Caller.VIEWER]),

@@ -68,7 +68,7 @@ def trials(sweep):
 
 
 def test_trials_launch_up_to_the_parallel_count_once_each_and_end_with_their_runs(experiment, user):
-    sweep = create_sweep(experiment, SPEC, user=user)
+    sweep, _ = create_sweep(experiment, SPEC, user=user)
     advance(sweep.pk)
     advance(sweep.pk)  # a second step launches nothing more: two run at once
     first, second = trials(sweep)
@@ -110,7 +110,7 @@ def test_trials_launch_up_to_the_parallel_count_once_each_and_end_with_their_run
 
 
 def test_a_step_cut_short_anywhere_is_finished_without_a_second_run(experiment, user):
-    sweep = create_sweep(experiment, SPEC.replace("parallel: 2", "parallel: 1"), user=user)
+    sweep, _ = create_sweep(experiment, SPEC.replace("parallel: 2", "parallel: 1"), user=user)
     # Cut short after Optuna was asked, before the trial's row: the next step takes it up.
     asked = load_study(sweep).ask(
         {"actor.learning_rate": optuna.distributions.FloatDistribution(1e-4, 3e-3, log=True),
@@ -144,7 +144,7 @@ def test_a_step_cut_short_anywhere_is_finished_without_a_second_run(experiment, 
 
 def test_a_trial_behind_the_others_is_pruned_through_its_runs_cancel(experiment, user):
     spec = SPEC.replace("pruner: none", "pruner: median").replace("trials: 3", "trials: 4")
-    sweep = create_sweep(experiment, spec.replace("parallel: 2", "parallel: 1"), user=user)
+    sweep, _ = create_sweep(experiment, spec.replace("parallel: 2", "parallel: 1"), user=user)
     for values in ([0.6, 0.7, 0.8, 0.9], [0.5, 0.7, 0.8, 0.8]):  # the pruner's startup trials
         advance(sweep.pk)
         train(trials(sweep)[-1].run, values)
@@ -170,7 +170,7 @@ def test_a_trial_behind_the_others_is_pruned_through_its_runs_cancel(experiment,
 def test_cancelling_a_sweep_stops_its_running_trials_and_ends_when_their_runs_have(
     experiment, user
 ):
-    sweep = create_sweep(experiment, SPEC, user=user)
+    sweep, _ = create_sweep(experiment, SPEC, user=user)
     advance(sweep.pk)
     first, second = trials(sweep)
     train(first.run, [0.4], end=None)
@@ -190,7 +190,7 @@ def test_cancelling_a_sweep_stops_its_running_trials_and_ends_when_their_runs_ha
 
 
 def test_an_interrupted_trial_run_is_resumed_and_goes_on(experiment, user):
-    sweep = create_sweep(experiment, SPEC.replace("parallel: 2", "parallel: 1"), user=user)
+    sweep, _ = create_sweep(experiment, SPEC.replace("parallel: 2", "parallel: 1"), user=user)
     advance(sweep.pk)
     (trial,) = trials(sweep)
     train(trial.run, [0.2], end=RunState.INTERRUPTED)
@@ -206,7 +206,7 @@ def test_a_sweep_refused_at_its_keys_and_the_best_trial_becomes_a_revision(exper
                      user=user)  # fmt: skip
     assert "space.algorithm.nope" in str(refused.value)
     one = SPEC.replace("trials: 3", "trials: 1").replace("parallel: 2", "parallel: 1")
-    sweep = create_sweep(experiment, one, user=user)
+    sweep, _ = create_sweep(experiment, one, user=user)
     with pytest.raises(ConfigError, match="no trial has completed"):
         revision_from_best(sweep, user)
     advance(sweep.pk)
