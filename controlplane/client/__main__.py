@@ -1,4 +1,5 @@
 """python -m controlplane.client submit EXPERIMENT.yaml [--wait] [--require GATE …]
+python -m controlplane.client sweep EXPERIMENT.yaml SWEEP.yaml [--wait] [--require GATE …]
 
 Exit codes: 0 success · 1 run failed · 2 usage error · 3 a gate failed · 4 run cancelled
 · 5 timed out · 6 the control plane refused or could not be reached · 130 interrupted.
@@ -14,6 +15,7 @@ from pathlib import Path
 from controlplane.client.gates import GateSyntaxError, parse_gate
 from controlplane.client.report import write_json, write_junit
 from controlplane.client.submit import EXIT_USAGE, SubmitOptions, submit
+from controlplane.client.sweep import SweepOptions, run_sweep
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_CODES = __doc__.split("\n\n", 1)[1]
@@ -36,20 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub.add_argument("config", type=Path, help="the experiment's YAML config")
-    sub.add_argument(
-        "--url",
-        default=os.environ.get("ARMATURE_URL") or DEFAULT_URL,
-        help="control plane URL (env ARMATURE_URL; default %(default)s)",
-    )
-    sub.add_argument(
-        "--token",
-        default=os.environ.get("ARMATURE_TOKEN"),
-        help="API token arm_… (env ARMATURE_TOKEN)",
-    )
-    sub.add_argument("--name", help="experiment name (default: the config's `name:`)")
+    _add_shared(sub)
     sub.add_argument("--description", default="", help="description when creating")
     sub.add_argument("--message", default="", help="revision message when the config changed")
-    sub.add_argument("--cluster", help="cluster to run on (default: the server's)")
     sub.add_argument(
         "--set",
         dest="overrides",
@@ -58,20 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="config override, repeatable",
     )
-    sub.add_argument("--wait", action="store_true", help="follow the run until it ends")
     sub.add_argument(
         "--timeout",
         type=int,
         metavar="S",
         help="the run's time limit in seconds (enforced by the server)",
-    )
-    sub.add_argument(
-        "--require",
-        dest="gates",
-        action="append",
-        default=[],
-        metavar="GATE",
-        help="metric gate like 'success_rate>=0.8', repeatable (needs --wait)",
     )
     sub.add_argument(
         "--poll-interval",
@@ -80,7 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds between status checks (default %(default)s)",
     )
-    sub.add_argument("--idempotency-key", help="override the derived idempotency key")
     sub.add_argument("--json-out", type=Path, metavar="PATH", help="write a JSON summary")
     sub.add_argument("--junit-out", type=Path, metavar="PATH", help="write a JUnit XML report")
     sub.add_argument(
@@ -90,7 +71,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the run fails, times out or misses a gate: save its recorded episode "
         "videos (and episodes.json) to DIR, e.g. as the CI job's artifacts",
     )
+    sweep = commands.add_parser(
+        "sweep",
+        help="create or update an experiment and search its settings",
+        description="Create the experiment (or add a revision when its config changed), "
+        "start a sweep of it with an idempotency key and, with --wait, follow its trials "
+        "and check gates on the sweep's figures: best, complete, pruned, failed, trials.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep.add_argument("config", type=Path, help="the experiment's YAML config")
+    sweep.add_argument("sweep", type=Path, help="the sweep's YAML: space, objective, budget")
+    _add_shared(sweep)
+    sweep.add_argument(
+        "--poll-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between status checks (default %(default)s)",
+    )
     return parser  # fmt: skip
+
+
+def _add_shared(command: argparse.ArgumentParser) -> None:
+    """The options `submit` and `sweep` both take."""
+    command.add_argument(
+        "--url",
+        default=os.environ.get("ARMATURE_URL") or DEFAULT_URL,
+        help="control plane URL (env ARMATURE_URL; default %(default)s)",
+    )
+    command.add_argument(
+        "--token",
+        default=os.environ.get("ARMATURE_TOKEN"),
+        help="API token arm_… (env ARMATURE_TOKEN)",
+    )
+    command.add_argument("--name", help="experiment name (default: the config's `name:`)")
+    command.add_argument("--cluster", help="cluster to run on (default: the server's)")
+    command.add_argument("--wait", action="store_true", help="follow it until it ends")
+    command.add_argument(
+        "--require",
+        dest="gates",
+        action="append",
+        default=[],
+        metavar="GATE",
+        help="gate like 'success_rate>=0.8' (a sweep's: 'best>=0.6'), repeatable (needs --wait)",
+    )
+    command.add_argument("--idempotency-key", help="override the derived idempotency key")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def usage_error(message: str) -> int:
-        print(f"{parser.prog} submit: error: {message}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
 
     try:
@@ -107,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error(str(error))
     if gates and not args.wait:
         return usage_error("--require needs --wait (gates check the finished run's metrics)")
+    if args.command == "sweep":
+        return _sweep(args, gates, usage_error)
     if args.episodes and not args.wait:
         return usage_error("--episodes needs --wait (they are saved once the run has ended)")
     if not args.token:
@@ -143,6 +171,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.junit_out:
         write_junit(outcome, args.junit_out)
     return outcome.exit_code
+
+
+def _sweep(args: argparse.Namespace, gates: list, usage_error) -> int:
+    if not args.token:
+        return usage_error("no API token: pass --token or set ARMATURE_TOKEN")
+    for path in (args.config, args.sweep):
+        if not path.is_file():
+            return usage_error(f"no such file: {path}")
+    if args.poll_interval <= 0:
+        return usage_error("--poll-interval must be positive")
+    options = SweepOptions(
+        config_path=args.config, sweep_path=args.sweep, url=args.url, token=args.token,
+        name=args.name, cluster=args.cluster, wait=args.wait, gates=gates,
+        poll_interval_s=args.poll_interval, idempotency_key=args.idempotency_key,
+    )  # fmt: skip
+    return run_sweep(options, out=sys.stdout)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
