@@ -15,6 +15,7 @@ urlpatterns = [
     path("", include("controlplane.runs.urls")),
     path("", include("controlplane.experiments.urls")),
     path("", include("controlplane.inventory.urls")),
+    path("", include("controlplane.sweeps.urls")),
     path("console/", console_index, name="console"),
     path("console/runs/<int:run_id>/", console_robots, name="console-robots"),
     path("console/audit/", console_audit, name="console-audit"),

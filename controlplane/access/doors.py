@@ -130,6 +130,15 @@ DOORS: dict[str, Door] = {
     "console": page("operator console: the robots online", GET=VIEWER),
     "console-robots": page("one run's robots: live camera, state and controls", GET=VIEWER),
     "console-audit": page("every takeover of a robot", GET=VIEWER),
+    "sweep-list": page("sweeps", GET=VIEWER),
+    "sweep-detail": page("a sweep: its trials, charts and importances (live)", GET=VIEWER),
+    "sweep-new": page(
+        "a new sweep of an experiment: the form; start it", GET=VIEWER, POST=OPERATOR
+    ),  # fmt: skip
+    "sweep-cancel": page("cancel a sweep (stops its running trials)", POST=OPERATOR),
+    "sweep-best-revision": page(
+        "a new experiment revision from a sweep's best trial", POST=OPERATOR
+    ),
     "api-docs": page("the API docs (Swagger UI)", GET=VIEWER),
     "realtime-relay": Door(
         Kind.PAGE,
@@ -184,6 +193,7 @@ DOORS: dict[str, Door] = {
     "ws-run": socket("live header, events and metric points of one run", VIEWER),
     "ws-trainer": socket("a trainer's link for its run", Rule.RUN_TOKEN),
     "ws-console": socket("live robots of a run (operators also drive them)", VIEWER),
+    "ws-sweep": socket("live trials, charts and importances of one sweep", VIEWER),
     # --- Parts of an answer -------------------------------------------------------------
     "healthz-detail": part("/healthz's latency, detail and topology per component", VIEWER),
     "console-control": part(

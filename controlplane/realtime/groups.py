@@ -16,3 +16,8 @@ def trainer_group(run_id: int) -> str:
 def console_group(run_id: int) -> str:
     """The operator consoles watching a run's robots."""
     return f"console.{run_id}"
+
+
+def sweep_group(sweep_id: int) -> str:
+    """The pages watching a sweep."""
+    return f"sweep.{sweep_id}"

@@ -8,6 +8,7 @@ from controlplane.console.consumers import ConsoleConsumer
 from controlplane.realtime.consumers import StatusConsumer
 from controlplane.realtime.run_consumers import RunUpdatesConsumer
 from controlplane.realtime.trainer_consumer import TrainerConsumer
+from controlplane.sweeps.consumers import SweepConsumer
 
 
 def door(route: str, consumer: type[GuardedConsumer], name: str) -> URLPattern:
@@ -21,6 +22,7 @@ websocket_urlpatterns = [
     door("ws/runs/", RunUpdatesConsumer, "ws-runs"),
     door("ws/runs/<int:run_id>/", RunUpdatesConsumer, "ws-run"),
     door("ws/console/<int:run_id>/", ConsoleConsumer, "ws-console"),
+    door("ws/sweeps/<int:sweep_id>/", SweepConsumer, "ws-sweep"),
 ]
 
 # Trainers' links: authenticated by their run's token, and sent without an Origin header,

@@ -30,6 +30,8 @@ import optuna
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.realtime.groups import sweep_group
+from controlplane.realtime.publish import publish
 from controlplane.runs.cancellation import request_cancel
 from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.launch import launch_run
@@ -56,7 +58,17 @@ def advance(sweep_id: int) -> Sweep:
             _step(sweep)
     finally:
         Sweep.objects.filter(pk=sweep_id).update(lease_until=None)
+        tell_pages(sweep_id)
     return Sweep.objects.get(pk=sweep_id)
+
+
+def tell_pages(sweep_id: int) -> None:
+    """The sweep's open pages read it again. Best effort: a page that misses it reads it
+    at the next step."""
+    try:
+        publish(sweep_group(sweep_id), {"type": "sweep.changed", "sweep": sweep_id})
+    except Exception:
+        log.warning("sweep %s: could not tell its pages", sweep_id, exc_info=True)
 
 
 def _take_lease(sweep_id: int) -> bool:

@@ -170,10 +170,14 @@ def check_sweep(experiment: dict[str, Any], data: Any) -> SweepSpec:
                 problems += [_issue(("space", key), p.message) for p in error.problems]
                 break
             for problem in _problems(data):
-                if str(problem) not in seen:
-                    seen.add(str(problem))
-                    where = ("space", key, dimension.kind, index)
-                    problems.append(_issue(where, f"{value!r}: {problem}"))
+                if str(problem) in seen:
+                    continue
+                seen.add(str(problem))
+                if problem.rule == "config.unknown_key" and problem.location == key:
+                    problems.append(_issue(("space", key), problem.message))
+                    break
+                where = ("space", key, dimension.kind, index)
+                problems.append(_issue(where, f"{value!r}: {problem}"))
     if spec.sampler == "grid":
         problems += [
             _issue(("space", key, dim.kind), "a grid takes int ranges and choices only")

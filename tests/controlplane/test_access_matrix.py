@@ -124,6 +124,7 @@ class Sample:
         values = {
             "run_id": self.run.pk,
             "other_id": self.other.pk,
+            "sweep_id": self.sweep.pk,
             "pk": self._pk(route.name),
             "name": "sample",
             "path": "metrics.jsonl",

@@ -96,8 +96,7 @@ def test_bad_spaces_objectives_and_budgets_are_named_at_their_keys():
     shaped = ("actor.learnin_rate", "env.num_parallel_envs", "a..b")
     found = problems(sweep(space={key: bad["space"][key] for key in shaped}))
     assert found == [
-        "space.actor.learnin_rate.uniform[0]: 0.0001: actor.learnin_rate: unknown key; did you "
-        "mean `actor.learning_rate`?",
+        "space.actor.learnin_rate: unknown key; did you mean `actor.learning_rate`?",
         "space.env.num_parallel_envs.choice[1]: 0: env.num_parallel_envs: Input should be "
         "greater than 0",
         "space.a..b: is not a key path like a.b or a.b[1]",
