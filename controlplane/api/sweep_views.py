@@ -2,6 +2,7 @@
 400 with every problem at its key path), read it with its trials best first and the
 parameters' importances, cancel it, and turn its best trial into a revision."""
 
+import yaml
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -59,15 +60,40 @@ class SweepSerializer(serializers.ModelSerializer):
 
 
 class SweepCreateSerializer(serializers.Serializer):
+    """The sweep as YAML text (`spec`), or its parts as JSON; either is checked as a whole
+    against the trainer's schema by the sweeps service."""
+
     experiment = serializers.SlugField()
     revision = serializers.IntegerField(required=False, min_value=1)
     cluster = serializers.SlugField(required=False)
     spec = serializers.CharField(
-        max_length=100_000,
-        help_text="The sweep as YAML: space (key path → loguniform | uniform | int | choice), "
-        "objective {metric, direction, last}, budget {trials, parallel, wall_time_min}, "
-        "sampler (tpe | random | grid), pruner (median | halving | none).",
+        required=False, max_length=100_000,
+        help_text="The sweep as YAML: the parts below in one text (what the page's form and "
+        "the CI client send).",
+    )  # fmt: skip
+    space = serializers.JSONField(
+        required=False, help_text="Key path → {loguniform | uniform | int: [low, high]} or "
+        "{choice: [values]}.",
+    )  # fmt: skip
+    objective = serializers.JSONField(
+        required=False, help_text="{metric, direction: max | min, last: points averaged}."
     )
+    budget = serializers.JSONField(required=False, help_text="{trials, parallel, wall_time_min}.")
+    sampler = serializers.CharField(required=False, help_text="tpe (default), random or grid.")
+    pruner = serializers.CharField(required=False, help_text="median (default), halving or none.")
+
+    PARTS = ("space", "objective", "budget", "sampler", "pruner")
+
+    def validate(self, data: dict) -> dict:
+        parts = {key: data[key] for key in self.PARTS if key in data}
+        if ("spec" in data) == bool(parts):
+            raise serializers.ValidationError(
+                "Give the sweep either as `spec` (YAML text) or as space, objective, budget "
+                "(and optionally sampler, pruner), not both."
+            )
+        if parts:  # one text either way: what the sweep's page shows as written
+            data["spec"] = yaml.safe_dump(parts, sort_keys=False)
+        return data
 
 
 class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

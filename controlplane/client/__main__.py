@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from controlplane.client import sweep_report
 from controlplane.client.gates import GateSyntaxError, parse_gate
 from controlplane.client.report import write_json, write_junit
 from controlplane.client.submit import EXIT_USAGE, SubmitOptions, submit
@@ -89,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         metavar="S",
         help="seconds between status checks (default %(default)s)",
+    )
+    sweep.add_argument("--json-out", type=Path, metavar="PATH", help="write a JSON summary")
+    sweep.add_argument(
+        "--junit-out",
+        type=Path,
+        metavar="PATH",
+        help="write a JUnit XML report (a case per trial and per gate)",
     )
     return parser  # fmt: skip
 
@@ -186,7 +194,12 @@ def _sweep(args: argparse.Namespace, gates: list, usage_error) -> int:
         name=args.name, cluster=args.cluster, wait=args.wait, gates=gates,
         poll_interval_s=args.poll_interval, idempotency_key=args.idempotency_key,
     )  # fmt: skip
-    return run_sweep(options, out=sys.stdout)
+    outcome = run_sweep(options, out=sys.stdout)
+    if args.json_out:
+        sweep_report.write_json(outcome, args.json_out)
+    if args.junit_out:
+        sweep_report.write_junit(outcome, args.junit_out)
+    return outcome.exit_code
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -126,14 +126,25 @@ def junit_tree(outcome: Outcome) -> ET.ElementTree:
             failure = ET.SubElement(case, "failure", message=result.message, type="gate")
             failure.text = result.message
             counts["failures"] += 1
+    return closed_tree(suites, suite, counts, outcome.duration_s)
+
+
+def closed_tree(
+    suites: ET.Element, suite: ET.Element, counts: dict[str, int], duration_s: float
+) -> ET.ElementTree:
+    """The report with its counts and time on both levels, indented."""
     for element in (suites, suite):
         for name, value in counts.items():
             element.set(name, str(value))
-        element.set("time", f"{outcome.duration_s:.3f}")
+        element.set("time", f"{duration_s:.3f}")
     ET.indent(suites)
     return ET.ElementTree(suites)
 
 
-def write_junit(outcome: Outcome, path: Path) -> None:
+def write_tree(tree: ET.ElementTree, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    junit_tree(outcome).write(path, encoding="utf-8", xml_declaration=True)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(outcome: Outcome, path: Path) -> None:
+    write_tree(junit_tree(outcome), path)

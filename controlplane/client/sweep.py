@@ -1,13 +1,15 @@
 """`sweep`: create or update an experiment, start a sweep of it (once per idempotency
 key), follow its trials to the end, and gate on the best objective with an exit code.
 
-Gates name the sweep's figures: `best` (the best trial's objective), `complete`,
-`pruned`, `failed` and `trials` (counts), e.g. `--require 'best>=0.6'`.
+Gates name the sweep's figures: `best` (the best trial's objective, also as
+`best.<metric>` and `best.<metric's last part>`, e.g. `best.success_rate`), and the
+counts `complete`, `pruned`, `failed` and `trials`: `--require 'best.success_rate>=0.8'`.
 """
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,6 +26,7 @@ from controlplane.client.submit import (
     experiment_name_from,
     idempotency_key,
 )
+from controlplane.client.sweep_report import SweepOutcome
 
 
 @dataclass
@@ -41,14 +44,16 @@ class SweepOptions:
 
 
 def figures(sweep: dict[str, Any]) -> dict[str, float]:
-    """What gates check: the best objective (when a trial completed) and trial counts."""
+    """What gates check: the best objective (once a trial completed) and trial counts."""
     states = [trial.get("state") for trial in sweep.get("trials") or []]
     counted: dict[str, float] = {"trials": len(states)}
     for state in ("complete", "pruned", "failed"):
         counted[state] = states.count(state)
-    best = sweep.get("best") or {}
-    if isinstance(best.get("value"), int | float):
-        counted["best"] = best["value"]
+    best = (sweep.get("best") or {}).get("value")
+    if isinstance(best, int | float):
+        metric = ((sweep.get("spec") or {}).get("objective") or {}).get("metric", "")
+        names = {"best", f"best.{metric}", f"best.{metric.rsplit('/', 1)[-1]}"}
+        counted.update(dict.fromkeys(sorted(names - {"best."}), best))
     return counted
 
 
@@ -66,65 +71,96 @@ def run_sweep(
     out: TextIO,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> int:
-    """The whole sweep from the command line; its exit code (never raises for the API)."""
+) -> SweepOutcome:
+    """The whole sweep from the command line; never raises for API errors (they become
+    the outcome)."""
+    started = datetime.now(UTC)
     api = ArmatureApi(options.url, options.token)
     config_text, spec = options.config_path.read_text(), options.sweep_path.read_text()
     name = options.name or experiment_name_from(config_text, options.config_path)
-    sweep: dict[str, Any] | None = None
+    outcome = SweepOutcome(
+        url=options.url, experiment=name, exit_code=EXIT_API_ERROR, status="error",
+        message="", started_at=started, finished_at=started,
+    )  # fmt: skip
     try:
-        revision, what = ensure_experiment(api, name, config_text, "", "")
-        print(f"experiment {name}: revision {revision} ({what})", file=out)
-        body = {"experiment": name, "spec": spec, "revision": revision}
-        if options.cluster:
-            body["cluster"] = options.cluster
-        key = options.idempotency_key or idempotency_key(
-            name, config_text + "\n---\n" + spec, [], options.cluster
-        )
-        _, sweep = api.call("POST", "sweeps", body, {"Idempotency-Key": key})
-        print(f"sweep {sweep['id']}: {options.url.rstrip('/')}/sweeps/{sweep['id']}/", file=out)
-        if not options.wait:
-            return EXIT_SUCCESS
-        sweep = _follow(api, sweep, options.poll_interval_s, out, sleep, clock)
+        _start_and_follow(api, options, config_text, spec, outcome, out, sleep, clock)
     except ApiError as error:
+        outcome.exit_code, outcome.status, outcome.message = EXIT_API_ERROR, "error", str(error)
         print(f"error: {error}", file=out)
-        return EXIT_API_ERROR
     except KeyboardInterrupt:
+        outcome.exit_code, outcome.status = EXIT_INTERRUPTED, "interrupted"
+        outcome.message = "interrupted"
+        sweep = outcome.sweep
         if sweep is not None and sweep.get("state") == "running":
             try:
                 api.call("POST", f"sweeps/{sweep['id']}/cancel")
-                print(f"interrupted: cancelled sweep {sweep['id']}", file=out)
+                outcome.message = f"interrupted: cancelled sweep {sweep['id']}"
             except ApiError as error:
-                print(f"interrupted; could not cancel sweep {sweep['id']}: {error}", file=out)
-        return EXIT_INTERRUPTED
-    return _finish(sweep, options.gates, out)
+                outcome.message = f"interrupted; could not cancel sweep {sweep['id']}: {error}"
+        print(outcome.message, file=out)
+    outcome.finished_at = datetime.now(UTC)
+    return outcome
+
+
+def _start_and_follow(
+    api: ArmatureApi,
+    options: SweepOptions,
+    config_text: str,
+    spec: str,
+    outcome: SweepOutcome,
+    out: TextIO,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> None:
+    outcome.revision, what = ensure_experiment(api, outcome.experiment, config_text, "", "")
+    print(f"experiment {outcome.experiment}: revision {outcome.revision} ({what})", file=out)
+    body = {"experiment": outcome.experiment, "spec": spec}
+    if outcome.revision is not None:
+        body["revision"] = outcome.revision
+    if options.cluster:
+        body["cluster"] = options.cluster
+    outcome.idempotency_key = options.idempotency_key or idempotency_key(
+        outcome.experiment, f"{config_text}\n---\n{spec}", [], options.cluster
+    )
+    headers = {"Idempotency-Key": outcome.idempotency_key}
+    _, outcome.sweep = api.call("POST", "sweeps", body, headers)
+    print(f"sweep {outcome.sweep['id']}: {outcome.sweep_url}", file=out)
+    if not options.wait:
+        outcome.exit_code, outcome.status = EXIT_SUCCESS, "started"
+        outcome.message = f"sweep {outcome.sweep['id']} started"
+        return
+    _follow(api, outcome, options.poll_interval_s, out, sleep, clock)
+    _finish(outcome, options.gates, out)
 
 
 def _follow(
     api: ArmatureApi,
-    sweep: dict[str, Any],
+    outcome: SweepOutcome,
     poll_interval_s: float,
     out: TextIO,
     sleep: Callable[[float], None],
     clock: Callable[[], float],
-) -> dict[str, Any]:
+) -> None:
     started, seen = clock(), None
     while True:
-        line = progress_line(sweep, clock() - started)
-        if line.split("]", 1)[1] != seen:
+        line = progress_line(outcome.sweep, clock() - started)
+        shown = line.split("]", 1)[1]
+        if shown != seen:
             print(line, file=out, flush=True)
-            seen = line.split("]", 1)[1]
-        if sweep.get("state") != "running":
-            return sweep
+            seen = shown
+        if outcome.sweep.get("state") != "running":
+            return
         sleep(poll_interval_s)
         try:
-            _, sweep = api.call("GET", f"sweeps/{sweep['id']}")
+            _, outcome.sweep = api.call("GET", f"sweeps/{outcome.sweep['id']}")
         except ApiError as error:
             if error.status not in TRANSIENT_STATUSES:
                 raise
 
 
-def _finish(sweep: dict[str, Any], gates: list[Gate], out: TextIO) -> int:
+def _finish(outcome: SweepOutcome, gates: list[Gate], out: TextIO) -> None:
+    sweep = outcome.sweep
+    outcome.figures = figures(sweep)
     print(f"sweep {sweep['id']} {sweep['state']}: {sweep.get('reason') or ''}", file=out)
     for trial in sweep.get("trials") or []:
         value = "—" if trial.get("value") is None else f"{trial['value']:.4g}"
@@ -134,9 +170,14 @@ def _finish(sweep: dict[str, Any], gates: list[Gate], out: TextIO) -> int:
     if sweep.get("importances"):
         ranked = sorted(sweep["importances"].items(), key=lambda item: -item[1])
         print("importances: " + ", ".join(f"{k} {v:.2f}" for k, v in ranked), file=out)
+    outcome.message = f"sweep {sweep['id']} {sweep['state']}"
     if sweep["state"] == "cancelled":
-        return EXIT_CANCELLED
-    results = [evaluate(gate, figures(sweep)) for gate in gates]
-    for result in results:
+        outcome.exit_code, outcome.status = EXIT_CANCELLED, "cancelled"
+        return
+    outcome.gates = [evaluate(gate, outcome.figures) for gate in gates]
+    for result in outcome.gates:
         print(f"gate {result.gate.expression}: {result.message}", file=out)
-    return EXIT_GATE_FAILED if any(not result.passed for result in results) else EXIT_SUCCESS
+    if any(not result.passed for result in outcome.gates):
+        outcome.exit_code, outcome.status = EXIT_GATE_FAILED, "gate_failed"
+    else:
+        outcome.exit_code, outcome.status = EXIT_SUCCESS, sweep["state"]

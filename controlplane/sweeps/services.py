@@ -16,6 +16,7 @@ from controlplane.experiments.services import save_revision
 from controlplane.inventory.models import Cluster
 from controlplane.runs.launch import freeze_config
 from controlplane.sweeps import dispatch
+from controlplane.sweeps.capacity import exclusive_devices
 from controlplane.sweeps.models import Sweep, Trial, TrialState
 from controlplane.sweeps.space import SweepSpec, check_sweep, overrides
 from controlplane.sweeps.storage import create_study, load_study
@@ -43,7 +44,15 @@ def create_sweep(
     revision = revision or experiment.latest_revision
     data = parse_yaml(spec_yaml, "the sweep")
     spec = check_sweep(parse_yaml(revision.config_yaml) or {}, data)
-    freeze_config(revision, [], cluster, user)  # refused at launch: refused now
+    frozen = freeze_config(revision, [], cluster, user)  # refused at launch: refused now
+    held = exclusive_devices(frozen)
+    if held and spec.budget.parallel > 1:
+        raise ConfigError.single(
+            ("budget", "parallel"),
+            f"{spec.budget.parallel} trials at once cannot be placed: every trial's run "
+            f"holds {', '.join(held[:4])}{' …' if len(held) > 4 else ''}; set parallel: 1",
+            rule="sweep.capacity",
+        )
     study_name = f"armature-sweep-{uuid.uuid4().hex}"
     create_study(study_name, spec)  # first: the step the commit queues loads it
     try:

@@ -68,8 +68,15 @@ def test_a_sweep_made_read_cancelled_and_its_best_trial_turned_into_a_revision(o
     assert revision.status_code == 201 and revision.json()["number"] == 2
     assert operator.post(f"/api/v1/sweeps/{sweep['id']}/best-revision/").status_code == 200
 
-    other = operator.post("/api/v1/sweeps/", {"experiment": "tuned", "spec": SPEC},
+    # The parts as JSON are the same sweep; both ways at once is refused.
+    parts = {"space": {"actor.learning_rate": {"uniform": [1e-3, 2e-3]}},
+             "objective": {"metric": "rollout/success_rate"}, "budget": {"trials": 1}}  # fmt: skip
+    both = operator.post("/api/v1/sweeps/", {"experiment": "tuned", "spec": SPEC, **parts},
+                         format="json")  # fmt: skip
+    assert both.status_code == 400 and "either" in both.content.decode()
+    other = operator.post("/api/v1/sweeps/", {"experiment": "tuned", **parts},
                           format="json").json()  # fmt: skip
+    assert other["spec"]["budget"]["trials"] == 1 and "actor.learning_rate" in other["spec_yaml"]
     cancelled = operator.post(f"/api/v1/sweeps/{other['id']}/cancel/")
     assert cancelled.status_code == 202 and cancelled.json()["cancel_requested_at"]
     advance(other["id"])

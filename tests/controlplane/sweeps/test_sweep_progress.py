@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from controlplane.experiments.services import create_experiment
+from controlplane.inventory.services import import_cluster_yaml
 from controlplane.runs import metric_points
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
@@ -217,3 +218,19 @@ def test_a_sweep_refused_at_its_keys_and_the_best_trial_becomes_a_revision(exper
     assert revision.number == 2 and f"best trial {trial.number} of sweep" in revision.message
     assert revision.config_yaml.startswith("# tuned by hand\n")  # its comments kept
     assert f"learning_rate: {trial.params['actor.learning_rate']}" in revision.config_yaml
+
+
+def test_trials_that_hold_the_same_devices_run_one_at_a_time(experiment, user):
+    """Placed on a cluster's GPUs (and an arm), every trial's run would hold the same
+    devices: more than one at once is refused at budget.parallel."""
+    cluster = import_cluster_yaml("lab", open("examples/clusters/two_nodes.yaml").read())
+    with pytest.raises(ConfigError) as refused:
+        create_sweep(experiment, SPEC, user=user, cluster=cluster)
+    (problem,) = refused.value.problems
+    assert problem.location == "budget.parallel"
+    assert "accelerator 0 of node 0, accelerator 1 of node 0" in problem.message
+    sweep, _ = create_sweep(experiment, SPEC.replace("parallel: 2", "parallel: 1"), user=user,
+                            cluster=cluster)  # fmt: skip
+    advance(sweep.pk)
+    (trial,) = trials(sweep)
+    assert trial.run.cluster == cluster
