@@ -164,7 +164,7 @@ def _finish(outcome: SweepOutcome, gates: list[Gate], out: TextIO) -> None:
     print(f"sweep {sweep['id']} {sweep['state']}: {sweep.get('reason') or ''}", file=out)
     for trial in sweep.get("trials") or []:
         value = "—" if trial.get("value") is None else f"{trial['value']:.4g}"
-        params = ", ".join(f"{key}={val}" for key, val in trial["params"].items())
+        params = ", ".join(f"{key}={_shown(val)}" for key, val in trial["params"].items())
         print(f"  trial {trial['number']:>3} {trial['state']:<9} {value:>8}  run "
               f"{trial.get('run')}  {params}", file=out)  # fmt: skip
     if sweep.get("importances"):
@@ -181,3 +181,8 @@ def _finish(outcome: SweepOutcome, gates: list[Gate], out: TextIO) -> None:
         outcome.exit_code, outcome.status = EXIT_GATE_FAILED, "gate_failed"
     else:
         outcome.exit_code, outcome.status = EXIT_SUCCESS, sweep["state"]
+
+
+def _shown(value: Any) -> str:
+    """A parameter as the table shows it: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
