@@ -75,6 +75,10 @@ class Trial(models.Model):
     run = models.OneToOneField(
         "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="trial"
     )
+    # With an evaluation's objective: the eval run of the trial's last checkpoint.
+    eval_run = models.OneToOneField(
+        "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="eval_trial"
+    )
     state = models.CharField(max_length=20, choices=TrialState.choices, default=TrialState.RUNNING)
     value = models.FloatField(
         null=True, blank=True, help_text="The objective: final, or the latest reported."

@@ -33,9 +33,10 @@ from django.utils import timezone
 from controlplane.realtime.groups import sweep_group
 from controlplane.realtime.publish import publish
 from controlplane.runs.cancellation import request_cancel
+from controlplane.runs.evaluations import EvalRequest, EvaluationRefused, request_evaluation
 from controlplane.runs.interruption import CannotResume, resume
 from controlplane.runs.launch import launch_run
-from controlplane.runs.models import ACTIVE_STATES, MetricPoint, RunState
+from controlplane.runs.models import ACTIVE_STATES, EVAL_SUCCESS_KEY, MetricPoint, RunState
 from controlplane.sweeps.models import Sweep, SweepState, Trial, TrialState
 from controlplane.sweeps.space import SweepSpec, overrides
 from controlplane.sweeps.storage import load_study, storage, trial_id_of
@@ -81,7 +82,7 @@ def _take_lease(sweep_id: int) -> bool:
 def _step(sweep: Sweep) -> None:
     spec = SweepSpec.model_validate(sweep.spec)
     study = load_study(sweep)
-    for trial in sweep.trials.filter(state=TrialState.RUNNING).select_related("run"):
+    for trial in sweep.trials.filter(state=TrialState.RUNNING).select_related("run", "eval_run"):
         _follow(sweep, spec, study, trial)
     stopping = _stop_reason(sweep, spec)
     if stopping:
@@ -120,7 +121,9 @@ def _occupied(sweep: Sweep) -> int:
     """Trials that hold a place on the cluster: running ones, and stopped ones whose run
     is still ending (a pruned run saves its checkpoint first)."""
     held = ACTIVE_STATES | {RunState.INTERRUPTED}
-    return sweep.trials.filter(Q(state=TrialState.RUNNING) | Q(run__state__in=held)).count()
+    return sweep.trials.filter(
+        Q(state=TrialState.RUNNING) | Q(run__state__in=held) | Q(eval_run__state__in=held)
+    ).count()
 
 
 # ----- one running trial ----------------------------------------------------------------
@@ -134,6 +137,9 @@ def _follow(sweep: Sweep, spec: SweepSpec, study: optuna.Study, trial: Trial) ->
             resume(run.pk, by=f"sweep {sweep.pk}")
         except CannotResume as error:  # its job is still ending: the next step
             log.info("sweep %s: trial %s waits to resume: %s", sweep.pk, trial.number, error)
+        return
+    if run.state == RunState.SUCCEEDED and spec.objective.by_evaluation:
+        _follow_evaluation(sweep, spec, study, trial)
         return
     values = objective_values(run.pk, spec)
     _report(sweep, trial, values)  # the history the pruner compares later trials with
@@ -150,6 +156,35 @@ def _follow(sweep: Sweep, spec: SweepSpec, study: optuna.Study, trial: Trial) ->
         if study.pruner.prune(study, storage().get_trial(trial_id_of(sweep, trial.number))):
             request_cancel(run.pk, f"pruned by sweep {sweep.pk} at step {trial.reported_step}")
             _end(study, trial, TrialState.PRUNED, f"pruned at step {trial.reported_step}")
+
+
+def _follow_evaluation(sweep: Sweep, spec: SweepSpec, study: optuna.Study, trial: Trial) -> None:
+    """A trial whose run has succeeded, with an evaluation's objective: its last
+    checkpoint's eval run is launched (once: its idempotency key), then its suite average
+    is the trial's value."""
+    evaluation = trial.eval_run
+    if evaluation is None:
+        asked = spec.objective.evaluate
+        wanted = EvalRequest(suite=asked.suite, states=asked.states) if asked else EvalRequest()
+        try:
+            evaluation, _ = request_evaluation(
+                trial.run, wanted, user=sweep.created_by,
+                idempotency_key=f"sweep-{sweep.pk}-trial-{trial.number}-eval",
+            )  # fmt: skip
+        except EvaluationRefused as error:
+            _end(study, trial, TrialState.FAILED, f"its evaluation was refused: {error}")
+            return
+        trial.eval_run = evaluation
+        trial.save(update_fields=["eval_run"])
+    if not evaluation.is_final:
+        return
+    average = evaluation.summary.get(EVAL_SUCCESS_KEY)
+    if evaluation.state == RunState.SUCCEEDED and isinstance(average, int | float):
+        trial.value = float(average)
+        _end(study, trial, TrialState.COMPLETE, "")
+    else:
+        why = evaluation.exit_reason or evaluation.state
+        _end(study, trial, TrialState.FAILED, f"eval run {evaluation.pk}: {why}")
 
 
 def _report(sweep: Sweep, trial: Trial, values: list[tuple[int, float]]) -> None:
@@ -192,8 +227,10 @@ def _end(study: optuna.Study, trial: Trial, state: TrialState, reason: str) -> N
     }.get(state, FrozenState.FAIL)
     value = trial.value if state == TrialState.COMPLETE else None
     study.tell(trial.number, value, state=told, skip_if_finished=True)
-    if state == TrialState.CANCELLED and trial.run is not None and not trial.run.is_final:
-        request_cancel(trial.run.pk, f"cancelled: {reason}")
+    if state == TrialState.CANCELLED:
+        for run in (trial.run, trial.eval_run):
+            if run is not None and not run.is_final:
+                request_cancel(run.pk, f"cancelled: {reason}")
     trial.state, trial.reason, trial.finished_at = state, reason, timezone.now()
     trial.save(update_fields=["state", "reason", "finished_at", "value"])
 

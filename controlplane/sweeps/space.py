@@ -10,6 +10,7 @@ A sweep is written as YAML, e.g.::
       algorithm.update_epochs: {int: [2, 8]}
       actor.model.temperature: {choice: [0.5, 1.0, 1.6]}
     objective: {metric: rollout/success_rate, direction: max, last: 3}
+    # or: {metric: eval/success_rate, evaluate: {suite: libero_10, states: 5}}
     budget: {trials: 8, parallel: 2, wall_time_min: 60}
     sampler: tpe      # or random, grid
     pruner: median    # or halving, none
@@ -30,10 +31,13 @@ from typing import Any, Literal
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from controlplane.runs.models import EVAL_SUCCESS_KEY
 from trainer.config.errors import ConfigError, ConfigIssue
 from trainer.config.loading import apply_override, validate_config
 
 RULE = "sweep.invalid"
+# An eval run's suite average: as an objective, each trial's last checkpoint is evaluated.
+EVAL_METRIC = EVAL_SUCCESS_KEY
 KINDS = ("loguniform", "uniform", "int", "choice")
 MAX_TRIALS = 1000
 MAX_CHOICES = 64
@@ -95,12 +99,34 @@ class Dimension(_Strict):
         return None
 
 
+class Evaluation(_Strict):
+    """The evaluation each trial's last checkpoint gets, whose suite average is the
+    trial's objective (the Evaluate form's choices; none: the run's own suite and tasks,
+    every init state)."""
+
+    suite: str | None = Field(None, max_length=100)
+    states: PositiveInt | None = None
+
+
 class Objective(_Strict):
     metric: str = Field(min_length=1, max_length=200)
     direction: Literal["max", "min"] = "max"
     last: PositiveInt = Field(
         3, le=1000, description="Points of the metric averaged (the run's last ones)."
     )
+    evaluate: Evaluation | None = None
+
+    @model_validator(mode="after")
+    def _evaluated(self) -> Objective:
+        if self.evaluate is not None and self.metric != EVAL_METRIC:
+            raise ValueError(f"evaluate: an evaluation's objective is {EVAL_METRIC}")
+        return self
+
+    @property
+    def by_evaluation(self) -> bool:
+        """The suite average of an evaluation of each trial's last checkpoint (an eval run
+        launched once the trial's run has succeeded), rather than the run's own points."""
+        return self.metric == EVAL_METRIC
 
 
 class Budget(_Strict):

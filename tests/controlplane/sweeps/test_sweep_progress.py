@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 
 from controlplane.experiments.services import create_experiment
 from controlplane.inventory.services import import_cluster_yaml
-from controlplane.runs import metric_points
+from controlplane.runs import artifacts, metric_points
 from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
 from controlplane.sweeps.models import SweepState, TrialState
@@ -234,3 +234,36 @@ def test_trials_that_hold_the_same_devices_run_one_at_a_time(experiment, user):
     advance(sweep.pk)
     (trial,) = trials(sweep)
     assert trial.run.cluster == cluster
+
+
+def test_an_evaluations_objective_evaluates_each_trials_last_checkpoint(experiment, user):
+    spec = SPEC.replace("{metric: rollout/success_rate, direction: max, last: 2}",
+                        "{metric: eval/success_rate, evaluate: {states: 2}}")  # fmt: skip
+    sweep, _ = create_sweep(experiment, spec.replace("parallel: 2", "parallel: 1"), user=user)
+    advance(sweep.pk)
+    (trial,) = trials(sweep)
+    checkpoint = artifacts.checkpoint_path(trial.run.pk, 60)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_bytes(b"weights")
+    train(trial.run, [0.2, 0.4])
+    advance(sweep.pk)
+    (trial,) = trials(sweep)
+    evaluation = trial.eval_run
+    assert trial.state == TrialState.RUNNING and evaluation.is_eval
+    assert evaluation.source_run == trial.run and evaluation.source_iteration == 60
+    assert evaluation.eval_options["states"] == 2
+    advance(sweep.pk)  # asked once, whatever the steps
+    assert Run.objects.filter(kind="eval").count() == 1 and len(trials(sweep)) == 1
+    transition(evaluation.pk, RunState.SUBMITTING)
+    transition(evaluation.pk, RunState.SUCCEEDED, summary={"eval/success_rate": 0.85})
+    advance(sweep.pk)
+    first = trials(sweep)[0]
+    assert first.state == TrialState.COMPLETE and first.value == pytest.approx(0.85)
+    # A run without a checkpoint cannot be evaluated: a failed trial, said why.
+    second = trials(sweep)[1]
+    train(second.run, [0.5])
+    advance(sweep.pk)
+    second = trials(sweep)[1]
+    assert second.state == TrialState.FAILED and "its evaluation was refused" in second.reason
+    with pytest.raises(ConfigError, match="evaluate: an evaluation's objective is"):
+        create_sweep(experiment, SPEC.replace("last: 2}", "last: 2, evaluate: {}}"), user=user)
