@@ -1,7 +1,9 @@
-"""``python -m trainer tiny-vla FOLDER [--env builtin_reach] [--image-size 64]``: write a
-tiny random-initialised VLA backbone (PaliGemma family) and its processor to FOLDER, its
-tokenizer fitted to the env's task instructions. Tests and CPU demos load it through the
-same path a user's own checkpoint folder takes (``actor.model.path``)."""
+"""``python -m trainer tiny-vla FOLDER [--family tokens|pi0] [--env builtin_reach]
+[--image-size 64]``: write a tiny random-initialised VLA of a real family and its processor
+to FOLDER, its tokenizer fitted to the env's task instructions: a PaliGemma backbone (the
+action-token family) or a π0 (flow matching, transformers' PI0 classes). Tests and CPU
+demos load it through the same path a user's own checkpoint folder takes
+(``actor.model.path``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.envs.registry import make_vector_env
+from trainer.models.vla.families import FAMILIES, PI0, TOKENS
+from trainer.models.vla.pi0 import build_tiny_pi0
 from trainer.models.vla.tiny import build_tiny_vla
 
 
@@ -21,6 +25,7 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
         "(save_pretrained), its tokenizer fitted to the env's task instructions.",
     )
     parser.add_argument("folder", help="where to write the model folder")
+    parser.add_argument("--family", choices=FAMILIES, default=TOKENS, help="the model family")
     parser.add_argument("--env", default="builtin_reach", help="env whose instructions it reads")
     parser.add_argument("--image-size", type=int, default=64, help="image side in pixels")
     parser.add_argument("--width", type=int, default=64, help="hidden width of both towers")
@@ -40,8 +45,9 @@ def instructions(env_name: str, image_size: int) -> tuple[str, ...]:
 
 def main(args: argparse.Namespace) -> int:
     sentences = instructions(args.env, args.image_size)
-    folder = build_tiny_vla(
+    build = build_tiny_pi0 if args.family == PI0 else build_tiny_vla
+    folder = build(
         Path(args.folder), sentences, args.image_size, width=args.width, layers=args.layers
     )
-    print(f"wrote a tiny VLA for {len(sentences)} instructions to {folder}")
+    print(f"wrote a tiny {args.family} VLA for {len(sentences)} instructions to {folder}")
     return 0

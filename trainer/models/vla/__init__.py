@@ -10,6 +10,7 @@ from typing import Any
 
 from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.models.vla.action_bins import ActionBins
+from trainer.models.vla.families import PI0, family_of
 from trainer.models.vla.folder import ModelFolderError, check_folder, fingerprint, load_folder
 from trainer.models.vla.policy import VLAChunkPolicy
 
@@ -32,6 +33,13 @@ def build_vla_policy(
     folder = Path(model.path)
     if model.build_tiny and not (folder / "config.json").is_file():
         write_tiny_once(folder, spec)
+    if family_of(folder) == PI0:
+        # The π0 family loads and samples (trainer.models.vla.pi0, flow_sde); runs do not
+        # train it yet: said before any weights are read.
+        raise ModelFolderError(
+            f"{folder} holds a π0 (flow-matching) model; runs train the action-token family "
+            "only for now"
+        )
     backbone, processor = load_folder(folder)
     if model.gradient_checkpointing:
         backbone.gradient_checkpointing_enable()

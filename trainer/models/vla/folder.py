@@ -13,6 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trainer.models.vla.families import PI0, family_of
+from trainer.models.vla.pi0 import load_pi0
+
 # One of each group must be present.
 REQUIRED_FILES: dict[str, tuple[str, ...]] = {
     "the model's config": ("config.json",),
@@ -44,8 +47,9 @@ def check_folder(folder: Path) -> None:
 
 
 def load_folder(folder: Path) -> tuple[Any, Any]:
-    """The model (an image-text-to-text model, through transformers' Auto classes) and
-    its processor, from the folder alone."""
+    """The model and its processor, from the folder alone: its family's classes (a π0
+    through transformers' PI0 classes; any other image-text-to-text model through the
+    Auto classes)."""
     check_folder(folder)
     # Offline for good: a config naming a hub repo must not reach out at run time.
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -54,6 +58,8 @@ def load_folder(folder: Path) -> tuple[Any, Any]:
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()  # e.g. "torchvision is not installed": its PIL path is ours
+    if family_of(folder) == PI0:
+        return load_pi0(folder)
     processor = AutoProcessor.from_pretrained(folder, local_files_only=True)
     # sdpa whatever the folder's config asks: the policy passes its own attention
     # pattern as a 4D mask, which flash attention would not honour.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<image>")
 
@@ -30,13 +31,11 @@ def build_tiny_vla(
     ``layers`` and ``intermediate`` (2 x width by default) size both towers (the
     benchmark's larger models)."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import (
         GemmaConfig,
         PaliGemmaConfig,
         PaliGemmaForConditionalGeneration,
         PaliGemmaProcessor,
-        PreTrainedTokenizerFast,
         SiglipImageProcessor,
         SiglipVisionConfig,
     )
@@ -46,19 +45,7 @@ def build_tiny_vla(
     logging.set_verbosity_error()
     if image_size % patch_size:
         raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
-    words = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    words.normalizer = normalizers.Lowercase()
-    words.pre_tokenizer = pre_tokenizers.Whitespace()
-    words.train_from_iterator(
-        list(sentences), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS))
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=words,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-    )
+    tokenizer = fitted_tokenizer(sentences)
     image_tokens = (image_size // patch_size) ** 2
     image_processor = SiglipImageProcessor(
         size={"height": image_size, "width": image_size}, image_seq_length=image_tokens
@@ -92,3 +79,21 @@ def build_tiny_vla(
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
+
+
+def fitted_tokenizer(sentences: Sequence[str]) -> Any:
+    """A word-level tokenizer that knows `sentences` (lower-cased) and the special tokens:
+    a vocabulary, and so an embedding table, as small as the tasks allow."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    words.normalizer = normalizers.Lowercase()
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    words.train_from_iterator(
+        list(sentences), trainers.WordLevelTrainer(special_tokens=list(SPECIAL_TOKENS))
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=words, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
+        unk_token="<unk>",
+    )  # fmt: skip

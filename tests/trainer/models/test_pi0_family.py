@@ -1,0 +1,112 @@
+"""The π0 family through a user's path: a tiny π0 saved with `save_pretrained` loads back
+through the model folder's loader as transformers' PI0 classes; Flow-SDE at noise level 0
+is the library's own `sample_actions` (what proves a user's checkpoint acts as before);
+a sampled chain's log-probs are recomputed exactly, with gradients, over the env's
+action dims only."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.models.vla import ModelFolderError, build_vla_policy
+from trainer.models.vla.families import PI0, TOKENS, family_of
+from trainer.models.vla.flow_sde import FlowSDE, chain_log_probs, sample_chain
+from trainer.models.vla.folder import load_folder
+from trainer.models.vla.pi0 import build_tiny_pi0
+
+SENTENCES = ["reach the red target", "push the blue block to the left edge"]
+ENV_DIMS = 7  # of the model's 32 action dims
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_tiny_pi0(tmp_path_factory.mktemp("pi0") / "tiny", SENTENCES)
+
+
+@pytest.fixture(scope="module")
+def loaded(folder):
+    model, processor = load_folder(folder)
+    return model.eval(), processor
+
+
+def inputs(processor, rows: int = 3) -> dict[str, torch.Tensor]:
+    """Two cameras per row (agent view and wrist), instructions of different lengths, a
+    state of 8 dims padded to the model's 32."""
+    rng = np.random.default_rng(0)
+    images = [[rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(2)]
+              for _ in range(rows)]  # fmt: skip
+    text = [SENTENCES[row % 2] for row in range(rows)]
+    batch = processor(images=images, text=text, state=torch.randn(rows, 8).numpy())
+    return dict(batch)
+
+
+def test_a_saved_pi0_folder_loads_back_as_transformers_pi0(folder, loaded, tmp_path):
+    model, processor = loaded
+    assert family_of(folder) == PI0 and family_of(tmp_path) == TOKENS
+    assert type(model).__name__ == "PI0ForConditionalGeneration"
+    assert type(processor).__name__ == "PI0Processor"
+    assert model.config.chunk_size == 50 and model.config.max_action_dim == 32
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((folder / "config.json").read_text())
+    with pytest.raises(ModelFolderError, match="the weights"):
+        load_folder(broken)
+
+
+@pytest.mark.parametrize("steps", [4, 10])
+def test_at_noise_level_zero_the_chain_is_the_librarys_own_sampling(loaded, steps):
+    model, processor = loaded
+    batch = inputs(processor)
+    noise = torch.randn(3, 50, 32, generator=torch.Generator().manual_seed(1))
+    ours = sample_chain(model, batch, noise, FlowSDE(steps, noise_level=0.0), ENV_DIMS)
+    library = model.sample_actions(
+        state=batch["state"], input_ids=batch["input_ids"], pixel_values=batch["pixel_values"],
+        noise=noise, attention_mask=batch["attention_mask"],
+        pixel_attention_mask=batch["pixel_attention_mask"], num_steps=steps,
+    )  # fmt: skip
+    assert ours.states.shape == (steps + 1, 3, 50, 32)
+    torch.testing.assert_close(ours.actions, library, atol=1e-5, rtol=0)
+    assert torch.all(ours.log_probs == 0)  # a deterministic chain has no density to tell
+
+
+def test_a_sampled_chains_log_probs_are_recomputed_exactly_with_gradients(loaded):
+    model, processor = loaded
+    batch = inputs(processor)
+    flow = FlowSDE(steps=4, noise_level=0.5)
+    noise = torch.randn(3, 50, 32, generator=torch.Generator().manual_seed(2))
+    chain = sample_chain(model, batch, noise, flow, ENV_DIMS, torch.Generator().manual_seed(3))
+    assert chain.log_probs.shape == (3, 4) and torch.isfinite(chain.log_probs).all()
+    again = sample_chain(model, batch, noise, flow, ENV_DIMS, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(again.states, chain.states, atol=0, rtol=0)  # seeded: the same
+
+    model.zero_grad()
+    recomputed = chain_log_probs(model, batch, chain.states, flow, ENV_DIMS)
+    torch.testing.assert_close(recomputed.detach(), chain.log_probs, atol=1e-5, rtol=1e-6)
+    recomputed.sum().backward()
+    assert model.action_out_proj.weight.grad.abs().sum() > 0
+    assert model.model.vlm.get_input_embeddings().weight.grad is not None  # the prefix too
+
+    # Only the env's dims count: what the padded dims hold changes nothing.
+    padded = chain.states.clone()
+    padded[1:, ..., ENV_DIMS:] += 3.0
+    with torch.no_grad():
+        same = chain_log_probs(model, batch, padded, flow, ENV_DIMS)
+    torch.testing.assert_close(same[:, 0], chain.log_probs[:, 0], atol=1e-5, rtol=1e-6)
+
+
+def test_the_noise_level_is_checked_and_the_first_steps_sigma_is_finite():
+    with pytest.raises(ValueError, match="noise_level"):
+        FlowSDE(noise_level=-0.1)
+    with pytest.raises(ValueError, match="steps"):
+        FlowSDE(steps=0)
+    flow = FlowSDE(steps=4, noise_level=0.5)
+    assert flow.times() == [1.0, 0.75, 0.5, 0.25]
+    assert flow.sigma(1.0) == pytest.approx(0.5 * (0.75 / 0.25) ** 0.5)
+
+
+def test_runs_refuse_a_pi0_folder_before_reading_its_weights(folder):
+    model = SimpleNamespace(path=str(folder), build_tiny=False)
+    with pytest.raises(ModelFolderError, match="π0"):
+        build_vla_policy(model, spec=None, env_action_dim=ENV_DIMS, max_horizon=10)
