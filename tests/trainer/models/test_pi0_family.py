@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.models.vla import ModelFolderError, build_vla_policy
 from trainer.models.vla.families import PI0, TOKENS, family_of
 from trainer.models.vla.flow_sde import FlowSDE, chain_log_probs, sample_chain
 from trainer.models.vla.folder import load_folder
 from trainer.models.vla.pi0 import build_tiny_pi0
+from trainer.models.vla.pi0_inputs import Normaliser, observation_inputs
 
 SENTENCES = ["reach the red target", "push the blue block to the left edge"]
 ENV_DIMS = 7  # of the model's 32 action dims
@@ -110,3 +112,35 @@ def test_runs_refuse_a_pi0_folder_before_reading_its_weights(folder):
     model = SimpleNamespace(path=str(folder), build_tiny=False)
     with pytest.raises(ModelFolderError, match="π0"):
         build_vla_policy(model, spec=None, env_action_dim=ENV_DIMS, max_horizon=10)
+
+
+def test_the_builtin_envs_rows_become_a_pi0s_inputs_and_its_chunk_the_envs_actions(tmp_path):
+    env = BuiltinReachEnv(num_envs=4, vision_language=True, image_size=32)
+    spec = env.vision_language
+    folder = build_tiny_pi0(tmp_path / "tiny", spec.instructions)
+    model, processor = load_folder(folder)
+    rows = env.reset(1, env.init_states(1)[:4])
+    normaliser = Normaliser.from_processor(processor, spec.proprio_dim, env.action_dim)
+    assert normaliser.source == "identity"  # LIBERO's statistics do not fit this robot
+    batch = observation_inputs(processor, spec, rows, normaliser, model.config.max_state_dim)
+    assert batch["pixel_values"].shape == (4, 1, 3, 32, 32)  # one camera per copy
+    assert batch["state"].shape == (4, 32)
+    _, proprio, _ = spec.unpack(rows)
+    torch.testing.assert_close(batch["state"][:, : spec.proprio_dim], proprio)
+    assert torch.all(batch["state"][:, spec.proprio_dim :] == 0)  # padded
+    chain = sample_chain(model.eval(), batch, torch.randn(4, 50, 32), FlowSDE(), env.action_dim)
+    actions = normaliser.actions(chain.actions)
+    assert actions.shape == (4, 50, env.action_dim) and torch.isfinite(actions).all()
+
+
+def test_demo_statistics_normalise_and_travel_with_a_checkpoint():
+    states = torch.tensor([[0.0, 2.0], [2.0, 6.0]])
+    actions = torch.tensor([[1.0, -1.0, 0.0], [3.0, 1.0, 0.0]])
+    normaliser = Normaliser.from_demos(states, actions)
+    assert normaliser.source == "demos" and normaliser.state_mean == (1.0, 4.0)
+    torch.testing.assert_close(normaliser.state(states), torch.tensor([[-1.0, -1.0], [1.0, 1.0]]),
+                               atol=1e-6, rtol=0)  # fmt: skip
+    normalised = (actions - torch.tensor([2.0, 0.0, 0.0])) / torch.tensor([1.0, 1.0, 1e-6])
+    padded = torch.nn.functional.pad(normalised, (0, 29))
+    torch.testing.assert_close(normaliser.actions(padded), actions, atol=1e-5, rtol=0)
+    assert Normaliser.from_json(normaliser.to_json()) == normaliser
