@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import optuna
 from django.db import connection
+from sqlalchemy.pool import NullPool
 
 from controlplane.sweeps.models import Sweep
 from controlplane.sweeps.space import SweepSpec
@@ -31,15 +32,12 @@ def database_url() -> str:
     return f"postgresql+psycopg://{login}{conf.get('HOST') or ''}{port}/{conf['NAME']}"
 
 
-_opened: set[str] = set()
-
-
 @functools.cache
 def _storage(url: str) -> optuna.storages.RDBStorage:
-    _opened.add(url)
-    # One engine per process and database; SQLite waits on the web's and worker's locks
-    # as Django's connections do (settings.py).
-    engine = {"pool_pre_ping": True}
+    # No pool: a step's few queries open and close their own connections, so no process
+    # (the web's, a worker's, a test's) keeps idle sessions on the database between steps.
+    # SQLite waits on the web's and worker's locks as Django's connections do (settings.py).
+    engine: dict = {"poolclass": NullPool}
     if url.startswith("sqlite"):
         engine["connect_args"] = {"timeout": 20}
     return optuna.storages.RDBStorage(url, engine_kwargs=engine)
@@ -47,13 +45,6 @@ def _storage(url: str) -> optuna.storages.RDBStorage:
 
 def storage() -> optuna.storages.RDBStorage:
     return _storage(database_url())
-
-
-def close_connections() -> None:
-    """Close the pooled connections of every storage this process opened (a test
-    database is dropped only once nobody is connected to it)."""
-    for url in list(_opened):
-        _storage(url).engine.dispose()
 
 
 def create_study(study_name: str, spec: SweepSpec) -> optuna.Study:

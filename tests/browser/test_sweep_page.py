@@ -14,7 +14,6 @@ from controlplane.runs.models import Run, RunState
 from controlplane.runs.state import transition
 from controlplane.sweeps.models import Sweep
 from controlplane.sweeps.progress import advance
-from controlplane.sweeps.storage import close_connections
 from tests.browser.off_loop import off_the_loop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -46,7 +45,6 @@ def page(browser, web, settings):
     page.web = web
     yield page
     page.close()
-    close_connections()
     assert not errors, errors
 
 

@@ -175,7 +175,10 @@ def test_a_stream_reports_a_frame_of_too_many_pixels_and_goes_on_past_it():
     cameras = [UrlCamera(name, server.url("stream"), stale_s=60.0)
                for name, server in (("wrist", bombs), ("front", stream))]  # fmt: skip
     try:
-        assert [red(camera.read()) for camera in cameras] == [pytest.approx(10, abs=3)] * 2
+        assert red(cameras[0].read()) == pytest.approx(10, abs=3)
+        # Reading as it arrives, the front stream may be past the refused frame already:
+        # its latest is the frame before it or the one after, never the refused one.
+        assert red(cameras[1].read()) in (pytest.approx(10, abs=3), pytest.approx(200, abs=3))
         wait_until(lambda: "60000x60000 pixels" in cameras[0].problem, 10, "the refusal")
         assert red(cameras[0].read()) < 20  # the frame before stays the latest
         wait_until(lambda: red(cameras[1].read()) > 150, 10, "the frame after the refused one")
