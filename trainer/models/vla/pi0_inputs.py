@@ -63,15 +63,15 @@ class Normaliser:
         return cls(*stats(states), *stats(actions), source="demos")
 
     def state(self, proprio: torch.Tensor) -> torch.Tensor:
-        mean = torch.tensor(self.state_mean, dtype=proprio.dtype)
-        std = torch.tensor(self.state_std, dtype=proprio.dtype)
+        mean = torch.tensor(self.state_mean, dtype=proprio.dtype, device=proprio.device)
+        std = torch.tensor(self.state_std, dtype=proprio.dtype, device=proprio.device)
         return (proprio - mean) / (std + EPS)
 
     def actions(self, chunk: torch.Tensor) -> torch.Tensor:
         """A chunk [..., max_action_dim] as the env's actions [..., action dims]."""
         dims = len(self.action_mean)
-        mean = torch.tensor(self.action_mean, dtype=chunk.dtype)
-        std = torch.tensor(self.action_std, dtype=chunk.dtype)
+        mean = torch.tensor(self.action_mean, dtype=chunk.dtype, device=chunk.device)
+        std = torch.tensor(self.action_std, dtype=chunk.dtype, device=chunk.device)
         return chunk[..., :dims] * (std + EPS) + mean
 
     def to_json(self) -> dict[str, Any]:
