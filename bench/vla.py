@@ -17,8 +17,11 @@ The models are random PaliGemmas written with the trainer's tiny-model builder a
 size asked (`--size`): `small` (width 256, 4 layers) by default, CPU-sized; `1b`
 (width 2048, 16 layers, intermediate 8192) for a GPU.
 
-    python bench/vla.py [--size small|tiny|1b] [--device cpu|cuda] [--batch 32]
-        [--lora 16] [--repeats 5]
+    python bench/vla.py [--family tokens|pi0] [--size small|tiny|1b] [--device cpu|cuda]
+        [--batch 32] [--lora 16] [--repeats 5]
+
+`--family pi0` measures the π0 policy instead (bench/vla_pi0.py: `pi0_decide`,
+`pi0_update`; sizes tiny and small).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", choices=("tokens", "pi0"), default="tokens")
     parser.add_argument("--size", choices=SIZES, default="small")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=32, help="observations per update")
@@ -62,6 +66,12 @@ def main() -> int:
     precision = "bf16" if device.type == "cuda" else "fp32"
     enable_fast_matmul(device)
     torch.manual_seed(0)
+    if args.family == "pi0":
+        from bench import vla_pi0
+
+        if args.size not in vla_pi0.SIZES:
+            parser.error(f"--size for pi0: one of {', '.join(vla_pi0.SIZES)}")
+        return vla_pi0.run(args, device, precision)
     width, layers, intermediate, image = SIZES[args.size]
     env = BuiltinReachEnv(args.batch, vision_language=True, image_size=image)
     spec = env.vision_language

@@ -21,6 +21,7 @@ DEMO_CLUSTER_FILE = EXAMPLES_DIR / "clusters" / "one_machine.yaml"
 DEMO_EXPERIMENT_FILE = EXAMPLES_DIR / "builtin_ppo.yaml"
 CONSOLE_DEMO_FILE = EXAMPLES_DIR / "builtin_rlpd_console.yaml"
 VLA_DEMO_FILE = EXAMPLES_DIR / "builtin_vla_sft.yaml"
+PI0_DEMO_FILE = EXAMPLES_DIR / "builtin_pi0_sft.yaml"
 ADMIN_USERNAME = "admin"
 PASSWORD_FILE_NAME = "admin_password"
 
@@ -125,14 +126,24 @@ def seed_demo(owner=None) -> tuple[Cluster, Experiment]:
             tags=["demo", "builtin", "vla", "sft"],
             author=owner,
         )
+    if not Experiment.objects.filter(name="demo-pi0").exists():
+        create_experiment(
+            "demo-pi0",
+            vla_demo_yaml(PI0_DEMO_FILE),
+            description="SFT of a tiny π0 (flow matching, chunks of 50 actions) on the "
+            "built-in env; start GRPO or PPO from its run with "
+            "actor.model.init_from=<its run folder>.",
+            tags=["demo", "builtin", "vla", "pi0", "sft"],
+            author=owner,
+        )
     return cluster, experiment
 
 
-def vla_demo_yaml() -> str:
-    """The VLA SFT example with its model folder and demo file in this machine's var/
+def vla_demo_yaml(example: Path = VLA_DEMO_FILE) -> str:
+    """A VLA SFT example with its model folder and demo file in this machine's var/
     folder: a run's job works in a folder of its own, and every run then shares the one
     tiny model and the one recording."""
-    text = VLA_DEMO_FILE.read_text()
+    text = example.read_text()
     for relative in ("var/models/", "var/demos/"):
         text = text.replace(relative, f"{settings.VAR_DIR / relative.removeprefix('var/')}/")
     return text

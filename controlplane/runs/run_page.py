@@ -153,6 +153,11 @@ MODEL_CARD_FIELDS = (
     ("freeze_vision", "Vision tower frozen"),
     ("gradient_checkpointing", "Gradient checkpointing"),
     ("action_bins", "Action bins per dim"),
+    ("expert_parameters", "Action expert parameters"),
+    ("chunk_size", "Actions per chunk"),
+    ("denoising_steps", "Denoising steps"),
+    ("noise", "Noise"),
+    ("normalisation", "Normalisation statistics"),
     ("image_size", "Image size"),
     ("hidden_sizes", "Hidden sizes"),
 )

@@ -82,6 +82,10 @@ def test_the_vla_demo_keeps_its_model_and_demos_in_this_machines_var_folder(sett
     assert config.actor.model.kind == "vla" and config.algorithm.name == "bc"
     assert config.actor.model.path == f"{settings.VAR_DIR / 'models'}/tiny-vla-builtin"
     assert config.algorithm.bc.demos.startswith(f"{settings.VAR_DIR / 'demos'}/")
+    revision = Experiment.objects.get(name="demo-pi0").latest_revision
+    config = validate_config(parse_yaml(revision.config_yaml, "demo-pi0"))
+    assert config.actor.model.tiny_family == "pi0" and config.algorithm.name == "bc"
+    assert config.actor.model.path == f"{settings.VAR_DIR / 'models'}/tiny-pi0-builtin-64"
 
 
 def test_login_page_reports_bad_credentials(client):

@@ -124,7 +124,12 @@ def test_up_runs_everything_and_ctrl_c_stops_everything_piped_into_tee(tmp_path)
 
         with sqlite3.connect(var_dir / "armature.sqlite3") as db:
             names = db.execute("select name from experiments_experiment order by name")
-            assert names.fetchall() == [("demo-builtin-ppo",), ("demo-console",), ("demo-vla",)]
+            assert names.fetchall() == [
+                ("demo-builtin-ppo",),
+                ("demo-console",),
+                ("demo-pi0",),
+                ("demo-vla",),
+            ]
             assert db.execute("select name from inventory_cluster").fetchall() == [("one-machine",)]
             assert db.execute(
                 "select is_superuser from auth_user where username='admin'"

@@ -5,7 +5,9 @@ the policy as it learns, its metrics, checkpoints and link are any run's.
 
 The plan from a demo row is the actions of that row and the rows that followed it in
 its episode (trainer.data.demo_plans); each row draws a horizon of the rollout's pattern
-and only that many steps, still inside the episode, count.
+and only that many steps, still inside the episode, count. A flow-matching policy (π0)
+trains its own loss instead (`imitation_loss`), on its whole chunk inside the episode,
+as it is pretrained: its chunk is made once, whatever horizon executes it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ class BehaviourCloning(OnPolicyAlgorithm):
     def set_demos(
         self, demos: Batch, horizons: list[int], batch_size: int, updates_per_iteration: int
     ) -> None:
-        plans, valid = plan_targets(demos, self.policy.max_horizon)
+        # A flow-matching policy's own loss over its whole chunk, else the plan's NLL.
+        self.flow_matching = hasattr(self.policy, "imitation_loss")
+        length = self.policy.chunk_size if self.flow_matching else self.policy.max_horizon
+        plans, valid = plan_targets(demos, length)
         self.demo_obs = demos["obs"].to(self.device)
         self.demo_plans, self.demo_valid = plans.to(self.device), valid.to(self.device)
         self.horizon_choices = torch.tensor(horizons, device=self.device)
@@ -55,12 +60,8 @@ class BehaviourCloning(OnPolicyAlgorithm):
                 len(self.horizon_choices), (pick.shape[0],), generator=self.generator
             ).to(self.device)
             horizons = self.horizon_choices[draw]
-            counted = self.demo_valid[pick] & (steps[None, :] < horizons[:, None])
             with self.autocast():
-                log_probs = self.policy.step_log_probs(
-                    self.demo_obs[pick], horizons, self.demo_plans[pick]
-                )
-            loss = -(log_probs * counted).sum() / counted.sum()
+                loss = self._loss(pick, horizons, steps)
             self.optimizer.zero_grad()
             buckets = self._gradient_buckets()  # several ranks: their mean gradient
             if buckets is not None:
@@ -75,8 +76,21 @@ class BehaviourCloning(OnPolicyAlgorithm):
         loss_mean = torch.stack(losses).mean().item()
         metrics: dict[str, Any] = {
             "bc/loss": loss_mean,
-            "bc/nll_per_action_dim": loss_mean / dims,
             "bc/demo_rows": float(rows),
             "losses/updates": float(self.updates_per_iteration),
         }
+        if not self.flow_matching:
+            metrics["bc/nll_per_action_dim"] = loss_mean / dims
         return metrics
+
+    def _loss(
+        self, pick: torch.Tensor, horizons: torch.Tensor, steps: torch.Tensor
+    ) -> torch.Tensor:
+        """The demos' loss at rows `pick`: a π0's flow-matching loss, or the plans' mean
+        NLL over the steps of each row's horizon."""
+        obs, plans, valid = self.demo_obs[pick], self.demo_plans[pick], self.demo_valid[pick]
+        if self.flow_matching:
+            return self.policy.imitation_loss(obs, plans, valid)
+        counted = valid & (steps[None, :] < horizons[:, None])
+        log_probs = self.policy.step_log_probs(obs, horizons, plans)
+        return -(log_probs * counted).sum() / counted.sum()

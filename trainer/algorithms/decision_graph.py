@@ -101,7 +101,10 @@ class GraphedDecisions:
             assert entry.draw is not None
             draw = entry.draw
         # Copied out: the next replay of this phase writes over its outputs.
-        return ChunkDraw(draw.actions.clone(), draw.log_prob.clone(), draw.offsets, draw.horizons)
+        return ChunkDraw(
+            draw.actions.clone(), draw.log_prob.clone(), draw.offsets, draw.horizons,
+            draw.plan_latent,
+        )  # fmt: skip
 
     def _eager(
         self, policy: nn.Module, cache: PlanCache, obs: torch.Tensor, chunk: int

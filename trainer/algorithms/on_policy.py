@@ -101,8 +101,8 @@ TOKEN_LOG_PROB = "token_log_prob"
 REFERENCE_LOG_PROB = "reference_log_prob"
 _CRITIC_BATCH_ELEMENTS = 2**24  # observation floats per critic call when valuing a round
 # What recomputes an executed chunk's log-probs: the plan's observation and horizon, where
-# the chunk starts in the plan, and its actions.
-CHUNK_INPUTS = ("plan_obs", "plan_horizon", "chunk_offset", "actions")
+# the chunk starts in the plan, its actions, and the plan's latent (a π0's chain).
+CHUNK_INPUTS = ("plan_obs", "plan_horizon", "chunk_offset", "actions", "plan_latent")
 
 
 @torch.no_grad()
@@ -338,7 +338,9 @@ class OnPolicyAlgorithm(ABC):
             )  # fmt: skip
             if bootstrapped is not reward:
                 reward.copy_(bootstrapped)
-        self.storage.add(Transition(obs, draw.actions, draw.offsets, draw.log_prob, per_copy))
+        self.storage.add(
+            Transition(obs, draw.actions, draw.offsets, draw.log_prob, per_copy, draw.plan_latent)
+        )
         self._pending = None
 
     def _values(
@@ -515,7 +517,7 @@ class OnPolicyAlgorithm(ABC):
         total = weight.sum()
         with self.autocast():
             token_log_prob, token_entropy = self.policy.token_log_probs(
-                mb["plan_obs"], mb["plan_horizon"], mb["chunk_offset"], mb["actions"]
+                *(mb[name] for name in CHUNK_INPUTS)
             )
         tokens = token_log_prob.shape[1] * token_log_prob.shape[2]
         chunk_log_ratio = token_log_prob.sum((1, 2)) - mb["log_prob"]

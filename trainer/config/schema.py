@@ -274,6 +274,26 @@ class LoraConfig(Section):
     )
 
 
+class FlowConfig(Section):
+    steps: PositiveInt = Field(
+        4,
+        description="π0: denoising steps per decision, in rollouts, updates and evaluation "
+        "(πRL uses 4-5 for RL; shipped π0s infer with 10).",
+    )
+    noise_level: float = Field(
+        0.5,
+        ge=0,
+        description="π0: Flow-SDE's noise level a (σ_t = a·√(t / (1 - t))): how far each "
+        "denoising step explores around the ODE's; 0 is the library's own deterministic "
+        "sampling, with no log-probs to train on.",
+    )
+    method: Literal["sde"] = Field(
+        "sde",
+        description="π0: how the denoising loop becomes a stochastic policy: sde (Flow-SDE, "
+        "each step a Gaussian transition with exact log-probs).",
+    )
+
+
 # A VLA's action range: [low, high] for every dim, or fitted to bc's demos.
 ActionBounds = Annotated[list[float], Field(min_length=2, max_length=2)] | Literal["demos"]
 
@@ -299,6 +319,14 @@ class ModelConfig(Section):
         description="VLA: when `path` holds no model yet, first write a tiny random one "
         "there, fitted to the env's instructions (what `python -m trainer tiny-vla` "
         "writes; for tests and CPU demos).",
+    )
+    tiny_family: Literal["tokens", "pi0"] = Field(
+        "tokens",
+        description="VLA: the family `build_tiny` writes: tokens (a PaliGemma given an "
+        "action-token head) or pi0 (transformers' PI0, flow matching).",
+    )
+    flow: FlowConfig = Field(
+        FlowConfig(), description="π0: how its flow-matching head samples for RL."
     )
     num_bins: int = Field(
         255,

@@ -36,6 +36,7 @@ STEP_FIELDS = (
     "valid",
     "advantage",
     "returns",
+    "plan_latent",
 )
 EPISODE_FIELDS = (
     "task_id",
@@ -61,6 +62,7 @@ TRAINING_KEYS = (
     "returns",
     "weight",
     "policy_weight",
+    "plan_latent",
 )
 
 
@@ -89,7 +91,9 @@ class Transition:
 
     Only what changes per step: the plan's observation, the slot's horizon and the
     critic's value are filled in by ``RolloutStorage.finish`` and the algorithm once
-    per round, off the per-decision path.
+    per round, off the per-decision path. ``plan_latent`` is what else recomputing the
+    chunk's log-prob needs of its plan ([B, L]; a π0's denoising chain, nothing for
+    other policies).
     """
 
     obs: torch.Tensor
@@ -97,6 +101,7 @@ class Transition:
     chunk_offset: torch.Tensor
     log_prob: torch.Tensor
     per_copy: torch.Tensor  # [len(PER_COPY), B] float: the step's numbers, one row each
+    plan_latent: torch.Tensor | None = None
 
     @classmethod
     def of(
@@ -146,6 +151,13 @@ class Trajectories:
     episode_return: torch.Tensor
     episode_length: torch.Tensor
     loss_mask: torch.Tensor
+    # [T, B, L]: what recomputing a chunk's log-prob needs of its plan besides its
+    # observation (a π0's denoising chain); L = 0 for the other policies.
+    plan_latent: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.plan_latent is None:
+            self.plan_latent = self.obs.new_zeros(*self.obs.shape[:2], 0)
 
     @property
     def num_episodes(self) -> int:
@@ -196,7 +208,7 @@ class Trajectories:
         rows = valid.reshape(-1).nonzero().squeeze(1)
 
         def selected(values: torch.Tensor) -> torch.Tensor:
-            return values.reshape(-1, *values.shape[2:]).index_select(0, rows)
+            return values.flatten(0, 1).index_select(0, rows)  # also with no columns
 
         weight = self.loss_mask[None, :].expand_as(valid).to(torch.float32)
         columns = {
@@ -210,13 +222,18 @@ class Trajectories:
 
 
 def empty_training_samples(
-    obs_shape: tuple[int, ...], chunk: int, action_dim: int, device: torch.device | str = "cpu"
+    obs_shape: tuple[int, ...],
+    chunk: int,
+    action_dim: int,
+    device: torch.device | str = "cpu",
+    latent_size: int = 0,
 ) -> dict[str, torch.Tensor]:
     """No training rows, shaped like real ones: what a rank without a task this
     iteration trains on while it joins the others' gradient sync."""
     rows = {name: torch.zeros(0, device=device) for name in TRAINING_KEYS}
     rows["obs"] = rows["plan_obs"] = torch.zeros(0, *obs_shape, device=device)
     rows["actions"] = torch.zeros(0, chunk, action_dim, device=device)
+    rows["plan_latent"] = torch.zeros(0, latent_size, device=device)
     long = torch.zeros(0, dtype=torch.long, device=device)
     rows["chunk_offset"] = rows["plan_horizon"] = long
     return rows
@@ -280,6 +297,8 @@ class RolloutStorage:
             name: torch.stack([getattr(row, name) for row in self._rows])
             for name in ("obs", "actions", "chunk_offset", "log_prob", "per_copy")
         }
+        if self._rows[0].plan_latent is not None:
+            stacked["plan_latent"] = torch.stack([row.plan_latent for row in self._rows])
         padding = self.num_steps - self.step
         if padding:
             for name, value in stacked.items():
@@ -387,8 +406,8 @@ class PackedRows:
 
     def views(self, tables: dict[torch.dtype, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each sample column of `tables` by its name and shape."""
-        return {
-            name: tables[dtype][:, start : start + width].view(-1, *shape)
+        return {  # rows counted from the table: a column of no width has no -1 to infer
+            name: tables[dtype][:, start : start + width].view(tables[dtype].shape[0], *shape)
             for name, dtype, start, width, shape in self.layout
         }
 

@@ -11,7 +11,8 @@ from trainer.config.schema import ModelConfig
 
 def model_card(policy: nn.Module, model: ModelConfig) -> dict[str, Any]:
     """Kind, parameter counts and, for a VLA, its family, base folder and fingerprint,
-    LoRA settings, frozen parts and action tokens."""
+    LoRA settings, frozen parts, and its action tokens (a π0: its action expert's size,
+    chunk, denoising steps, noise method and normalisation)."""
     card: dict[str, Any] = {
         "kind": model.kind,
         "parameters": sum(p.numel() for p in policy.parameters()),
@@ -28,6 +29,19 @@ def model_card(policy: nn.Module, model: ModelConfig) -> dict[str, Any]:
         lora=lora.model_dump() if lora is not None else None,
         freeze_vision=model.freeze_vision,
         gradient_checkpointing=model.gradient_checkpointing,
+    )
+    if getattr(policy, "family", None) == "pi0":
+        size = policy.processor.image_processor.size  # type: ignore[attr-defined]
+        card.update(
+            expert_parameters=sum(p.numel() for p in backbone.model.dit.parameters()),
+            chunk_size=int(backbone.config.chunk_size),
+            denoising_steps=model.flow.steps,
+            noise=f"{model.flow.method} (Flow-SDE), level {model.flow.noise_level:g}",
+            normalisation=policy.normaliser.source,  # type: ignore[attr-defined]
+            image_size=[int(size["height"]), int(size["width"])],
+        )
+        return card
+    card.update(
         action_bins=model.num_bins,
         image_size=list(policy.pixel_size),  # type: ignore[attr-defined]
     )

@@ -2,7 +2,8 @@
 
 The rollout loop (``trainer.algorithms``) only calls the two methods below, so a large
 vision-language-action model (OpenVLA-OFT, pi0 / pi0.5) plugs in by wrapping it in an
-adapter that implements ``ChunkedPolicy``:
+adapter that implements ``ChunkedPolicy`` (the token-head VLA and π0 in
+``trainer.models.vla`` are two):
 
 - ``sample_plan(obs, horizons, steps=S, chunk=C)`` returns a plan
   ``[B, S, action_dim]`` (``S`` defaults to ``max_horizon``; the rollout asks only
@@ -16,13 +17,18 @@ adapter that implements ``ChunkedPolicy``:
   gradients, the log-prob and entropy of the chunk that started at ``offsets`` in the
   plan made from ``plan_obs``. It must return exactly what ``sample_plan`` gave for
   the same parameters (``tests/trainer/models`` checks this for the built-in policy).
+- A policy whose log-probs need more of a plan than its actions (a π0 recomputes its
+  denoising chain) has ``plan_latent_size`` > 0 and ``sample_plan_with_latent``, which
+  also returns each plan's latent ``[B, plan_latent_size]``; the plan cache and the
+  rollout storage keep it with the plan, and the update passes it back as
+  ``plan_latent``. The other policies take ``plan_latent`` and ignore it.
 - ``token_log_probs`` (same arguments) gives the same per token ``[B, chunk, env dims]``
   (a token: one action dim of one step), the sum of which is ``chunk_log_prob``: what
   the per-token ratio (``algorithm.ratio: token``), the KL anchor and the per-dim
   entropy read.
 
-Adapters for such models need a GPU with tens of GB of memory and their own weights;
-they are not part of the CPU test suite. The built-in ``GaussianChunkPolicy`` (MLP or
+Such models at their real size need a GPU; tiny ones of the same families run in the
+CPU suite. The built-in ``GaussianChunkPolicy`` (MLP or
 CNN encoder) implements the same contract and is what CPU runs use.
 """
 
@@ -54,6 +60,7 @@ class ChunkedPolicy(Protocol):
         horizons: torch.Tensor,
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
+        plan_latent: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def token_log_probs(
@@ -62,6 +69,7 @@ class ChunkedPolicy(Protocol):
         horizons: torch.Tensor,
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
+        plan_latent: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 

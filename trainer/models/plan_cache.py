@@ -56,11 +56,16 @@ class ChunkDraw:
     log_prob: torch.Tensor  # [B], the chunk's share of the log-probs of its plan
     offsets: torch.Tensor  # [B] long: where the chunk starts in its plan
     horizons: torch.Tensor  # [B] long, the cache's horizons (fixed for its lifetime)
+    # [B, L]: the rest of what recomputing the log-prob needs of the plan (a π0's
+    # denoising chain); None for policies whose plans say it all.
+    plan_latent: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> ChunkDraw:
         """The same draw on `device` (a rollout worker's draws arrive on the CPU)."""
         fields = (getattr(self, name) for name in self.__dataclass_fields__)
-        return ChunkDraw(*(to_device_async(field, device) for field in fields))
+        return ChunkDraw(
+            *(None if field is None else to_device_async(field, device) for field in fields)
+        )
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,7 @@ class PlanCache:
         self._phases = {key: self._make_phase(key) for key in range(self.period)}
         self.plans: torch.Tensor | None = None  # [B, max_horizon, action_dim]
         self.chunk_log_probs: torch.Tensor | None = None  # [B, chunks_per_plan]
+        self.plan_latents: torch.Tensor | None = None  # [B, L], for policies that have one
         self.restart()
 
     @property
@@ -130,7 +136,7 @@ class PlanCache:
         """A new round: every slot plans before its first chunk."""
         self.decision = 0
         self._stored_at = -1
-        self._whole: tuple[torch.Tensor, torch.Tensor] | None = None  # see `store`
+        self._whole: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
 
     def phase_key(self) -> int:
         """The phase of the next decision: decisions of one phase replan the same slots
@@ -157,12 +163,17 @@ class PlanCache:
         return phase.replan, phase.replan_horizons, phase.plan_steps
 
     def store(
-        self, which: torch.Tensor, plans: torch.Tensor, chunk_log_probs: torch.Tensor
+        self,
+        which: torch.Tensor,
+        plans: torch.Tensor,
+        chunk_log_probs: torch.Tensor,
+        plan_latents: torch.Tensor | None = None,
     ) -> None:
-        """Keep new plans ``[R, S, action_dim]`` and the log-prob of each of their
-        chunks ``[R, S // chunk]`` for the slots ``which`` (indices). ``S`` may stop
-        short of the max horizon at any multiple of the chunk that covers the slots'
-        horizons: steps past a slot's horizon are never executed."""
+        """Keep new plans ``[R, S, action_dim]``, the log-prob of each of their chunks
+        ``[R, S // chunk]`` (and their latents ``[R, L]``, where the policy has them) for
+        the slots ``which`` (indices). ``S`` may stop short of the max horizon at any
+        multiple of the chunk that covers the slots' horizons: steps past a slot's
+        horizon are never executed."""
         steps = plans.shape[1]
         if steps % self.chunk or steps > self.max_horizon:
             raise ValueError(
@@ -173,7 +184,7 @@ class PlanCache:
             # Every slot's plan is one chunk, all made now (every horizon is the chunk):
             # the plans are this decision's chunks as they are, with nothing to copy in
             # or select out (on a GPU, four kernel launches a decision saved).
-            self._whole = (plans, chunk_log_probs)
+            self._whole = (plans, chunk_log_probs, plan_latents)
             return
         if self.plans is None or self.plans.shape[2] != plans.shape[2]:
             batch = self.batch_size
@@ -182,6 +193,10 @@ class PlanCache:
         assert self.chunk_log_probs is not None
         self.plans[:, :steps].index_copy_(0, which, plans)
         self.chunk_log_probs[:, : steps // self.chunk].index_copy_(0, which, chunk_log_probs)
+        if plan_latents is not None:
+            if self.plan_latents is None or self.plan_latents.shape[1] != plan_latents.shape[1]:
+                self.plan_latents = plan_latents.new_zeros(self.batch_size, plan_latents.shape[1])
+            self.plan_latents.index_copy_(0, which, plan_latents)
 
     def next_chunk(self) -> ChunkDraw:
         """Slice every slot's chunk at its offset and move to the next decision."""
@@ -189,10 +204,10 @@ class PlanCache:
         if self._stored_at != self.decision and phase.replan.numel():
             raise RuntimeError("some slots need a new plan before the next chunk")
         if self._whole is not None:
-            plans, chunk_log_probs = self._whole
+            plans, chunk_log_probs, latents = self._whole
             self._whole = None
             self.decision += 1
-            return ChunkDraw(plans, chunk_log_probs.view(-1), phase.offsets, self.horizons)
+            return ChunkDraw(plans, chunk_log_probs.view(-1), phase.offsets, self.horizons, latents)
         assert self.plans is not None and self.chunk_log_probs is not None
         batch, _, action_dim = self.plans.shape
         chunks = self.plans.view(batch * self.chunks_per_plan, self.chunk * action_dim)
@@ -201,6 +216,8 @@ class PlanCache:
             log_prob=self.chunk_log_probs.view(-1).index_select(0, phase.chunk_rows),
             offsets=phase.offsets,
             horizons=self.horizons,
+            # Each slot's plan's latent, copied: the next plans are stored over it.
+            plan_latent=None if self.plan_latents is None else self.plan_latents.clone(),
         )
         self.decision += 1
         return draw
@@ -271,8 +288,11 @@ def decide(policy: ChunkedPolicy, cache: PlanCache, obs: torch.Tensor, chunk: in
     replan, horizons, plan_steps = cache.replan_slots()
     if replan.numel():
         plan_obs = obs if replan.numel() == obs.shape[0] else obs.index_select(0, replan)
-        plan, chunk_log_probs = policy.sample_plan(
-            plan_obs, horizons, steps=plan_steps, chunk=chunk
-        )
-        cache.store(replan, plan, chunk_log_probs)
+        if getattr(policy, "plan_latent_size", 0):
+            planned = policy.sample_plan_with_latent(  # type: ignore[attr-defined]
+                plan_obs, horizons, steps=plan_steps, chunk=chunk
+            )
+        else:
+            planned = policy.sample_plan(plan_obs, horizons, steps=plan_steps, chunk=chunk)
+        cache.store(replan, *planned)
     return cache.next_chunk()

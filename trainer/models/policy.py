@@ -104,6 +104,7 @@ class GaussianChunkPolicy(nn.Module):
         horizons: torch.Tensor,
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
+        plan_latent: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-prob and entropy of an executed chunk, recomputed for training.
 
@@ -111,7 +112,9 @@ class GaussianChunkPolicy(nn.Module):
         chunk starts inside that plan: with both stored at rollout time, this gives
         exactly the rollout's log-probabilities for the same parameters.
         """
-        log_probs, entropy = self.token_log_probs(plan_obs, horizons, offsets, chunk_actions)
+        log_probs, entropy = self.token_log_probs(
+            plan_obs, horizons, offsets, chunk_actions, plan_latent
+        )
         return log_probs.sum((1, 2)), entropy.sum((1, 2))
 
     def token_log_probs(
@@ -120,9 +123,11 @@ class GaussianChunkPolicy(nn.Module):
         horizons: torch.Tensor,
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
+        plan_latent: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``chunk_log_prob`` per token ``[B, chunk, env dims]``: each action dim of each
         step is a token (the unit a per-token ratio clips), with its entropy."""
+        del plan_latent  # a plan of this policy says all its log-prob needs
         chunk = chunk_actions.shape[1]
         dims = self.env_action_dim
         mean = self.plan_mean(plan_obs, horizons)

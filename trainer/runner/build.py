@@ -180,8 +180,10 @@ def build_critic(
     policy's backbone (`critic.hidden_sizes` size the head's layers)."""
     model, hidden = config.actor.model, tuple(config.critic.hidden_sizes)
     if model.kind == "vla":
-        from trainer.models.vla.value_head import VLAValueHead
+        from trainer.models.vla.value_head import Pi0ValueHead, VLAValueHead
 
+        if getattr(policy, "family", None) == "pi0":
+            return Pi0ValueHead(policy, hidden)  # type: ignore[arg-type]
         return VLAValueHead(policy, hidden)  # type: ignore[arg-type]
     encoder = build_encoder(model.kind, obs_shape, hidden, model.activation)
     return ValueCritic(encoder, max_horizon=policy.max_horizon)
@@ -231,7 +233,10 @@ def build_components(
     demos = None
     if algorithm_config.name == "bc":
         demos = bc_demos(config, env.obs_shape, task_ids, env.vision_language)
-        if model.kind == "vla" and model.action_bounds == "demos":
+        if hasattr(policy, "fit_normaliser"):  # a π0 without statistics for this robot
+            _, proprio, _ = env.vision_language.unpack(demos["obs"])  # type: ignore[union-attr]
+            policy.fit_normaliser(proprio, demos["action"])
+        elif model.kind == "vla" and model.action_bounds == "demos":
             policy.bins.fit_bounds(demos["action"])  # type: ignore[attr-defined]
     if model.init_from:  # after the fit: a checkpoint's bins are those its weights learnt
         start_policy_from(algorithm, Path(model.init_from))

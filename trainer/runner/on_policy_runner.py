@@ -217,8 +217,9 @@ class OnPolicyRunner(TrainingLoop):
         if collected is None:
             model = self.algorithm.policy
             rows = empty_training_samples(
-                self.env.obs_shape, self.algorithm.chunk, model.action_dim, self.algorithm.device
-            )
+                self.env.obs_shape, self.algorithm.chunk, model.action_dim, self.algorithm.device,
+                getattr(self.algorithm.policy, "plan_latent_size", 0),
+            )  # fmt: skip
         else:
             rows = self.algorithm.compute_returns(collected.batch).training_samples()
         metrics = self.algorithm.update_rows(rows)

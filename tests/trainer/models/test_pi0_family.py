@@ -4,14 +4,12 @@ is the library's own `sample_actions` (what proves a user's checkpoint acts as b
 a sampled chain's log-probs are recomputed exactly, with gradients, over the env's
 action dims only."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
 from trainer.envs.builtin_reach import BuiltinReachEnv
-from trainer.models.vla import ModelFolderError, build_vla_policy
+from trainer.models.vla import ModelFolderError
 from trainer.models.vla.families import PI0, TOKENS, family_of
 from trainer.models.vla.flow_sde import FlowSDE, chain_log_probs, sample_chain
 from trainer.models.vla.folder import load_folder
@@ -85,7 +83,8 @@ def test_a_sampled_chains_log_probs_are_recomputed_exactly_with_gradients(loaded
 
     model.zero_grad()
     recomputed = chain_log_probs(model, batch, chain.states, flow, ENV_DIMS)
-    torch.testing.assert_close(recomputed.detach(), chain.log_probs, atol=1e-5, rtol=1e-6)
+    assert recomputed.shape == (3, 4, 50, ENV_DIMS)
+    torch.testing.assert_close(recomputed.detach(), chain.step_log_probs, atol=1e-5, rtol=1e-6)
     recomputed.sum().backward()
     assert model.action_out_proj.weight.grad.abs().sum() > 0
     assert model.model.vlm.get_input_embeddings().weight.grad is not None  # the prefix too
@@ -95,7 +94,7 @@ def test_a_sampled_chains_log_probs_are_recomputed_exactly_with_gradients(loaded
     padded[1:, ..., ENV_DIMS:] += 3.0
     with torch.no_grad():
         same = chain_log_probs(model, batch, padded, flow, ENV_DIMS)
-    torch.testing.assert_close(same[:, 0], chain.log_probs[:, 0], atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(same[:, 0].sum((1, 2)), chain.log_probs[:, 0], atol=1e-4, rtol=1e-6)
 
 
 def test_the_noise_level_is_checked_and_the_first_steps_sigma_is_finite():
@@ -106,12 +105,6 @@ def test_the_noise_level_is_checked_and_the_first_steps_sigma_is_finite():
     flow = FlowSDE(steps=4, noise_level=0.5)
     assert flow.times() == [1.0, 0.75, 0.5, 0.25]
     assert flow.sigma(1.0) == pytest.approx(0.5 * (0.75 / 0.25) ** 0.5)
-
-
-def test_runs_refuse_a_pi0_folder_before_reading_its_weights(folder):
-    model = SimpleNamespace(path=str(folder), build_tiny=False)
-    with pytest.raises(ModelFolderError, match="π0"):
-        build_vla_policy(model, spec=None, env_action_dim=ENV_DIMS, max_horizon=10)
 
 
 def test_the_builtin_envs_rows_become_a_pi0s_inputs_and_its_chunk_the_envs_actions(tmp_path):

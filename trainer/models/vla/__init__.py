@@ -1,7 +1,8 @@
-"""Vision-language-action policies: a transformers VLM from a local folder, wrapped as a
-``ChunkedPolicy`` with discrete action tokens (``policy``), its folder checks and
-fingerprint (``folder``), the action bins (``action_bins``) and a tiny model of a real
-family for tests and CPU demos (``tiny``)."""
+"""Vision-language-action policies from a local model folder, by family
+(``families``): any transformers VLM given discrete action tokens (``policy``), or a π0
+sampled through Flow-SDE (``pi0_policy``); the folder checks and fingerprint
+(``folder``), the action bins (``action_bins``) and tiny models of real families for
+tests and CPU demos (``tiny``, ``pi0``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from typing import Any
 from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.models.vla.action_bins import ActionBins
 from trainer.models.vla.families import PI0, family_of
+from trainer.models.vla.flow_sde import FlowSDE
 from trainer.models.vla.folder import ModelFolderError, check_folder, fingerprint, load_folder
+from trainer.models.vla.pi0 import build_tiny_pi0
+from trainer.models.vla.pi0_policy import Pi0ChunkPolicy
 from trainer.models.vla.policy import VLAChunkPolicy
 
 __all__ = [
     "ActionBins",
     "ModelFolderError",
+    "Pi0ChunkPolicy",
     "VLAChunkPolicy",
     "build_vla_policy",
     "check_folder",
@@ -26,20 +31,14 @@ __all__ = [
 
 def build_vla_policy(
     model: Any, spec: VisionLanguageSpec, env_action_dim: int, max_horizon: int
-) -> VLAChunkPolicy:
+) -> VLAChunkPolicy | Pi0ChunkPolicy:
     """The policy an ``actor.model`` section of kind vla describes, for an env's
-    vision-language observations: backbone and processor from ``model.path``, LoRA
-    adapters, a frozen vision tower and gradient checkpointing as it asks."""
+    vision-language observations: backbone and processor from ``model.path`` (a π0 or an
+    action-token VLA, by the folder's family), LoRA adapters, a frozen vision tower and
+    gradient checkpointing as it asks."""
     folder = Path(model.path)
     if model.build_tiny and not (folder / "config.json").is_file():
-        write_tiny_once(folder, spec)
-    if family_of(folder) == PI0:
-        # The π0 family loads and samples (trainer.models.vla.pi0, flow_sde); runs do not
-        # train it yet: said before any weights are read.
-        raise ModelFolderError(
-            f"{folder} holds a π0 (flow-matching) model; runs train the action-token family "
-            "only for now"
-        )
+        write_tiny_once(folder, spec, model.tiny_family)
     backbone, processor = load_folder(folder)
     if model.gradient_checkpointing:
         backbone.gradient_checkpointing_enable()
@@ -56,6 +55,16 @@ def build_vla_policy(
         backbone = inject_adapter_in_model(adapters, backbone)
         for name, parameter in backbone.named_parameters():
             parameter.requires_grad_("lora_" in name)
+    policy: VLAChunkPolicy | Pi0ChunkPolicy
+    if family_of(folder) == PI0:
+        flow = FlowSDE(model.flow.steps, model.flow.noise_level)
+        try:
+            policy = Pi0ChunkPolicy(backbone, processor, spec, env_action_dim, max_horizon, flow)
+        except ValueError as error:
+            raise ModelFolderError(f"{folder}: {error}") from None
+        if model.freeze_vision:
+            policy.freeze_vision()
+        return policy
     # Bounds fitted to demos are set once the demos are read (trainer.runner.build), or
     # loaded with a checkpoint; [-1, 1] until then.
     low, high = (-1.0, 1.0) if model.action_bounds == "demos" else model.action_bounds
@@ -69,7 +78,7 @@ def build_vla_policy(
     return policy
 
 
-def write_tiny_once(folder: Path, spec: VisionLanguageSpec) -> None:
+def write_tiny_once(folder: Path, spec: VisionLanguageSpec, family: str = "tokens") -> None:
     """A tiny model at ``folder``, written beside it and renamed into place, so ranks and
     workers that start together never read a half-written folder."""
     import os
@@ -78,9 +87,10 @@ def write_tiny_once(folder: Path, spec: VisionLanguageSpec) -> None:
 
     from trainer.models.vla.tiny import build_tiny_vla
 
+    build = build_tiny_pi0 if family == PI0 else build_tiny_vla
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    build_tiny_vla(staging, spec.instructions, image_size=spec.image_shape[1])
+    build(staging, spec.instructions, image_size=spec.image_shape[1])
     try:
         os.rename(staging, folder)
     except OSError:  # another process put its copy there first

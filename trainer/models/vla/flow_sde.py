@@ -15,10 +15,13 @@ noise level ``a`` = 0 gives back the ODE step, which is exactly the library's lo
 (`tests/trainer/models/test_pi0_family.py` holds it to 1e-5). σ_t is read at
 ``min(t, 1 - |dt|)``: at the first step t = 1 it would be infinite.
 
-A chain's log-prob is the sum over its steps of each transition's Gaussian log-density,
-over the chunk's actions and only the env's action dims (the padded dims up to
-`max_action_dim` never reach the env, so their noise says nothing of what the policy did).
-Recomputing it from a stored chain runs the same steps on the same inputs with
+Each transition is a diagonal Gaussian, so its log-density is a sum over the chunk's
+positions and action dims; the chain keeps it per step, position and dim (over the env's
+action dims only: the padded dims up to `max_action_dim` never reach the env, so their
+noise says nothing of what the policy did). The policy (`pi0_policy`) sums it over the
+denoising steps and over the positions a chunk executes, as RLinf's πRL does: positions
+the env never executes and the padded dims are sampled all the same, as the sampler's
+own noise. Recomputing a stored chain runs the same steps on the same inputs with
 gradients: the update's log-probs equal the rollout's for the same parameters.
 """
 
@@ -55,14 +58,19 @@ class FlowSDE:
 @dataclass
 class FlowChain:
     """A sampled chain: `states` [steps + 1, B, chunk, max_action_dim] from the starting
-    noise to the actions, and each step's log-prob [B, steps] over the env's dims."""
+    noise to the actions, and each transition's log-density [B, steps, chunk, env dims]."""
 
     states: torch.Tensor
-    log_probs: torch.Tensor
+    step_log_probs: torch.Tensor
 
     @property
     def actions(self) -> torch.Tensor:
         return self.states[-1]
+
+    @property
+    def log_probs(self) -> torch.Tensor:
+        """Each step's log-prob [B, steps] over the whole chunk and the env's dims."""
+        return self.step_log_probs.sum((2, 3))
 
 
 def prefix_cache(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[Any, int]:
@@ -101,13 +109,22 @@ def _transition(flow: FlowSDE, x: torch.Tensor, v: torch.Tensor, t: float):
 
 
 def _log_density(x: torch.Tensor, mean: torch.Tensor, std: float, dims: int) -> torch.Tensor:
-    """Log N(x; mean, std²) summed over the chunk and the first `dims` action dims ([B]);
-    0 for a deterministic step."""
+    """Log N(x; mean, std²) of each position and each of the first `dims` action dims
+    [B, chunk, dims]; 0 for a deterministic step."""
     if std == 0.0:
-        return torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        return torch.zeros_like(x[..., :dims])
     z = (x - mean)[..., :dims] / std
-    per = -0.5 * z.square() - math.log(std) - 0.5 * math.log(2 * math.pi)
-    return per.flatten(1).sum(-1)
+    return -0.5 * z.square() - math.log(std) - 0.5 * math.log(2 * math.pi)
+
+
+def step_entropy(flow: FlowSDE) -> list[float]:
+    """The entropy of each step's injected noise, per position and action dim (nats): a
+    Gaussian's, fixed by the noise level and the schedule, 0 for the ODE's steps."""
+    dt = 1.0 / flow.steps
+    return [
+        0.5 * math.log(2 * math.pi * math.e * flow.sigma(t) ** 2 * dt) if flow.sigma(t) else 0.0
+        for t in flow.times()
+    ]
 
 
 @torch.no_grad()
@@ -142,8 +159,8 @@ def chain_log_probs(
     flow: FlowSDE,
     action_dims: int,
 ) -> torch.Tensor:
-    """Each step's log-prob [B, steps] of a stored chain under the model as it is now,
-    with gradients (the update's side of `sample_chain`)."""
+    """Each transition's log-density [B, steps, chunk, env dims] of a stored chain under
+    the model as it is now, with gradients (the update's side of `sample_chain`)."""
     cache, length = prefix_cache(model, inputs)
     log_probs = []
     for index, t in enumerate(flow.times()):

@@ -74,6 +74,12 @@ class Normaliser:
         std = torch.tensor(self.action_std, dtype=chunk.dtype, device=chunk.device)
         return chunk[..., :dims] * (std + EPS) + mean
 
+    def normalise_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """The env's actions [..., action dims] as the model's targets (before padding)."""
+        mean = torch.tensor(self.action_mean, dtype=actions.dtype, device=actions.device)
+        std = torch.tensor(self.action_std, dtype=actions.dtype, device=actions.device)
+        return (actions[..., : len(self.action_mean)] - mean) / (std + EPS)
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

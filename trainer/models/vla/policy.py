@@ -23,7 +23,6 @@ feature per image token), the decoder, and the processor's tokenizer and image s
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,10 +32,8 @@ from torch import nn
 from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.models.interface import check_action_dims
 from trainer.models.vla.action_bins import ActionBins
-from trainer.models.vla.folder import fingerprint
+from trainer.models.vla.folder_policy import FolderPolicy
 
-# Where families keep their vision tower, for `freeze_vision`.
-VISION_TOWER_NAMES = ("vision_tower", "vision_model", "visual")
 # Attention implementations that take an explicit [B, 1, Q, K] additive mask.
 MASKED_ATTENTION = ("sdpa", "eager")
 # The processor's `resample` (PIL's numbering, or torchvision's mode names) as torch's
@@ -48,7 +45,7 @@ RESAMPLE_MODES: dict[int | str, str] = {
 }  # fmt: skip
 
 
-class VLAChunkPolicy(nn.Module):
+class VLAChunkPolicy(FolderPolicy):
     def __init__(
         self,
         backbone: nn.Module,
@@ -63,17 +60,14 @@ class VLAChunkPolicy(nn.Module):
         """`temperature`: what the sampled tokens' logits are divided by; the log-probs
         are the tempered policy's, so rollout and update agree exactly. Behaviour
         cloning fits the untempered logits, and deterministic plans take the argmax."""
-        super().__init__()
+        super().__init__(backbone)
         check_action_dims(action_dim, env_action_dim)
         self.temperature = temperature
-        self.backbone = backbone
         self.spec = spec
         self.bins = bins
         self.action_dim, self.env_action_dim = action_dim, env_action_dim
         self.max_horizon = max_horizon
         self.image_token_id = int(processor.image_token_id)
-        self.base_folder = Path(backbone.name_or_path)
-        self._base_fingerprint: str | None = None
         self.width = width = backbone.get_input_embeddings().embedding_dim
         queries = max_horizon * action_dim
         self.queries = nn.Parameter(torch.randn(queries, width) * 0.02)
@@ -106,13 +100,6 @@ class VLAChunkPolicy(nn.Module):
         # One mode for the whole tree: from_pretrained leaves the backbone in eval mode,
         # in which transformers skips gradient checkpointing.
         self.train()
-
-    def train(self, mode: bool = True) -> VLAChunkPolicy:
-        """The caller's mode for every module; dropout stays off in both (see
-        ``switch_off_dropout``), so train and eval run the same network."""
-        super().train(mode)
-        switch_off_dropout(self)
-        return self
 
     # ----- the forward ---------------------------------------------------------------
     def pixel_values(self, images: torch.Tensor) -> torch.Tensor:
@@ -205,10 +192,13 @@ class VLAChunkPolicy(nn.Module):
         horizons: torch.Tensor,
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
+        plan_latent: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-prob and entropy, over the env's dims, of the chunk of actions that
         started at ``offsets`` in the plan made from ``plan_obs``."""
-        log_probs, entropy = self.token_log_probs(plan_obs, horizons, offsets, chunk_actions)
+        log_probs, entropy = self.token_log_probs(
+            plan_obs, horizons, offsets, chunk_actions, plan_latent
+        )
         return log_probs.sum((1, 2)), entropy.sum((1, 2))
 
     def token_log_probs(
@@ -217,9 +207,11 @@ class VLAChunkPolicy(nn.Module):
         horizons: torch.Tensor,
         offsets: torch.Tensor,
         chunk_actions: torch.Tensor,
+        plan_latent: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``chunk_log_prob`` per action token ``[B, chunk, env dims]``, with each
         token's entropy over its bins: what a per-token ratio clips."""
+        del plan_latent  # a plan of this policy says all its log-prob needs
         chunk = chunk_actions.shape[1]
         log_probs = self._tempered(self.plan_logits(plan_obs, horizons)).log_softmax(-1)
         if chunk < self.max_horizon:
@@ -246,31 +238,6 @@ class VLAChunkPolicy(nn.Module):
         tokens = self.bins.tokens(plans[..., :dims])
         return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).sum(-1)
 
-    # ----- what trains -----------------------------------------------------------------
-    def base_model(self) -> dict[str, str]:
-        """The base folder a checkpoint names, and its fingerprint (computed once)."""
-        if self._base_fingerprint is None:
-            self._base_fingerprint = fingerprint(self.base_folder)
-        return {"path": str(self.base_folder), "sha256": self._base_fingerprint}
-
-    def check_base_model(self, saved: dict[str, str] | None) -> None:
-        """A checkpoint's policy fits this base only if its base had the same weights."""
-        if saved is None:
-            return
-        if saved["sha256"] != self.base_model()["sha256"]:
-            raise ValueError(
-                f"the checkpoint was trained on {saved['path']} (sha256 "
-                f"{saved['sha256'][:12]}…); {self.base_folder} holds other weights"
-            )
-
-    def freeze_vision(self) -> None:
-        tower = vision_tower(self.backbone)
-        for parameter in tower.parameters():
-            parameter.requires_grad_(False)
-
-    def trainable_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
 
 def attention_pattern(prompt_mask: torch.Tensor, queries: int) -> torch.Tensor:
     """Who attends to whom in ``[prompt, queries]``: ``[B, 1, L, L]`` bools, True where
@@ -292,21 +259,6 @@ def attention_pattern(prompt_mask: torch.Tensor, queries: int) -> torch.Tensor:
     return (real[:, None, :] & readable[None]).unsqueeze(1)
 
 
-def switch_off_dropout(module: nn.Module) -> None:
-    """Dropout's probabilities set to 0 in ``module``: LoRA's and any of the backbone's.
-    A rollout's log-probs must be the update's for the same weights (veRL runs its
-    actor without dropout for the same reason), and a mode switch alone would not hold:
-    the adapters are built in train mode, and callers set modes as they need."""
-    for inner in module.modules():
-        if isinstance(inner, nn.modules.dropout._DropoutNd):
-            inner.p = 0.0
-        # transformers' attention layers keep their dropout as a float they apply in train
-        # mode (Gemma's `attention_dropout`, SigLIP's `dropout`).
-        for name in ("attention_dropout", "dropout"):
-            if isinstance(getattr(inner, name, None), float):
-                setattr(inner, name, 0.0)
-
-
 def resize_mode(image_processor: Any) -> str:
     """The torch interpolation mode of the processor's own resize (``resample``)."""
     resample = getattr(image_processor, "resample", 2)
@@ -318,15 +270,6 @@ def resize_mode(image_processor: Any) -> str:
             f"the processor resizes with resample={resample!r}; the policy does bicubic, "
             "bilinear and nearest as the processor would"
         ) from None
-
-
-def vision_tower(backbone: nn.Module) -> nn.Module:
-    inner = getattr(backbone, "model", backbone)
-    for name in VISION_TOWER_NAMES:
-        tower = getattr(inner, name, None) or getattr(backbone, name, None)
-        if isinstance(tower, nn.Module):
-            return tower
-    raise ValueError(f"found no vision tower ({', '.join(VISION_TOWER_NAMES)}) in the model")
 
 
 def _prompt_table(processor: Any, spec: VisionLanguageSpec) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,10 @@ whole model) learn from both losses and are saved once, with the policy. The cri
 own parameters are the query, the head and the plan's embeddings, which is all its
 ``state_dict`` holds.
 
+A π0's critic (`Pi0ValueHead`) reads the prefix's features instead (its last hidden
+states over the images and the instruction, averaged), with the same plan embeddings
+added: the action expert only ever sees the noisy chunk, which says nothing of a value.
+
 The query carries where the state stands in its plan: embeddings of the plan's horizon
 and of the offset into it are added to it, as the policy's plan queries carry the
 horizon (see trainer.models.critic for why a value needs them). A value head saved
@@ -21,6 +25,7 @@ from torch import nn
 
 from trainer.models.critic import fill_missing_plan_inputs
 from trainer.models.encoders import mlp
+from trainer.models.vla.pi0_policy import Pi0ChunkPolicy
 from trainer.models.vla.policy import VLAChunkPolicy
 
 
@@ -53,3 +58,29 @@ class VLAValueHead(nn.Module):
         plan = self.horizon_embedding(horizons.long()) + self.offset_embedding(offsets.long())
         features = self.policy.read_queries(obs, self.query + plan.unsqueeze(1))[:, 0]
         return self.head(features.to(self.query.dtype)).squeeze(-1)
+
+
+class Pi0ValueHead(nn.Module):
+    """PPO's critic for a π0: a head on the prefix's features and the plan's place."""
+
+    plan_parameters = ("horizon_embedding.weight", "offset_embedding.weight")
+
+    def __init__(self, policy: Pi0ChunkPolicy, hidden_sizes: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self._policy = (policy,)  # held outside the module tree, as VLAValueHead's
+        self.head = mlp(policy.width, hidden_sizes, 1)
+        self.horizon_embedding = nn.Embedding(policy.max_horizon + 1, policy.width)
+        self.offset_embedding = nn.Embedding(policy.max_horizon, policy.width)
+        for embedding in (self.horizon_embedding, self.offset_embedding):
+            nn.init.normal_(embedding.weight, std=0.02)
+
+    @property
+    def policy(self) -> Pi0ChunkPolicy:
+        return self._policy[0]
+
+    def forward(
+        self, obs: torch.Tensor, horizons: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        plan = self.horizon_embedding(horizons.long()) + self.offset_embedding(offsets.long())
+        features = self.policy.prefix_features(obs).to(plan.dtype) + plan
+        return self.head(features).squeeze(-1)

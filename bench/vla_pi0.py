@@ -1,0 +1,156 @@
+"""Benchmark: the π0 policy's decisions and update against transformers' own π0
+(`python bench/vla.py --family pi0`).
+
+- ``pi0_decide``: decisions/s of our `sample_plan` (packed observations -> the folder's
+  processor -> prefix once, its KV cache reused by every Flow-SDE step -> the chunk
+  un-normalised, its log-probs and chain) against `sample_actions` on inputs processed
+  beforehand, with the same number of steps. Target >= 0.9.
+- ``pi0_update``: samples/s of our GRPO update (`update_rows`: one epoch of minibatches,
+  each recomputing its chains' log-probs from the packed observations, clipped
+  surrogate, backward, gradient clip, Adam step) against a bare loop over the same
+  denoising chains: processed inputs, the prefix once, each step's velocity with
+  gradients, a loss over them, backward, AdamW. Target >= 0.85.
+
+The models are random π0s written by the trainer's tiny-π0 builder at the size asked:
+`tiny` (width 64, expert 32, 2 layers, 32-pixel images) or `small` (width 256, expert
+128, 4 layers, 64-pixel images; the default, CPU-sized), chunks of 50 actions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from bench.gpu import median_pair
+from bench.vla import report
+from trainer.algorithms import GRPO, OnPolicySettings
+from trainer.config.schema import FlowConfig, LoraConfig, ModelConfig
+from trainer.devices import autocast
+from trainer.envs.builtin_reach import BuiltinReachEnv
+from trainer.models.vla import build_vla_policy
+from trainer.models.vla.flow_sde import prefix_cache
+from trainer.models.vla.folder import load_folder
+from trainer.models.vla.pi0 import build_tiny_pi0
+
+SIZES = {  # width, expert width, layers, image size
+    "tiny": (64, 32, 2, 32),
+    "small": (256, 128, 4, 64),
+}
+HORIZON, CHUNK, MINIBATCHES, STEPS = 5, 5, 2, 4
+
+
+def run(args: argparse.Namespace, device: torch.device, precision: str) -> int:
+    width, expert, layers, image = SIZES[args.size]
+    env = BuiltinReachEnv(args.batch, vision_language=True, image_size=image)
+    spec = env.vision_language
+    assert spec is not None
+    obs = env.reset(0, env.init_states(0)[: args.batch]).to(device)
+    lora = LoraConfig(rank=args.lora, alpha=2.0 * args.lora) if args.lora else None
+    with tempfile.TemporaryDirectory() as folder:
+        build_tiny_pi0(Path(folder), spec.instructions, image_size=image, width=width,
+                       expert_width=expert, layers=layers)  # fmt: skip
+        model = ModelConfig(kind="vla", path=folder, lora=lora, num_action_chunks=CHUNK,
+                            flow=FlowConfig(steps=STEPS))  # fmt: skip
+        policy = build_vla_policy(model, spec, env.action_dim, HORIZON)
+        settings = OnPolicySettings(update_epochs=1, num_minibatches=MINIBATCHES,
+                                    learning_rate=1e-4, group_size=2)  # fmt: skip
+        grpo = GRPO(policy, None, settings, chunk=CHUNK, generator=torch.Generator(),
+                    device=device, precision=precision)  # fmt: skip
+        bare = BarePi0(Path(folder), policy, lora, device, precision)
+        horizons = torch.full((args.batch,), HORIZON, device=device)
+        with autocast(device, precision):
+            plan, log_prob, latent = policy.sample_plan_with_latent(obs, horizons, chunk=CHUNK)
+        rows = training_rows(obs, plan, log_prob[:, 0], horizons, latent)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        expert_size = sum(p.numel() for p in policy.backbone.model.dit.parameters())
+        print(f"pi0 {args.size}: {sum(p.numel() for p in policy.parameters()) / 1e6:.2f} M "
+              f"parameters ({expert_size / 1e6:.2f} M in the expert), "
+              f"{policy.trainable_parameters() / 1e6:.2f} M trained, chunk "
+              f"{policy.chunk_size}, {STEPS} denoising steps, batch {args.batch}, {precision}, "
+              f"{name}")  # fmt: skip
+
+        def decide() -> None:
+            with autocast(device, precision):
+                policy.sample_plan(obs, horizons, chunk=CHUNK)
+
+        ours_s, bare_s = median_pair(decide, lambda: bare.decide(obs), device, args.repeats)
+        report("pi0_decide", args.batch / ours_s, args.batch / bare_s, "decisions/s", 0.9, name)
+        ours_s, bare_s = median_pair(
+            lambda: grpo.update_rows(dict(rows)), lambda: bare.update(obs, latent), device,
+            args.repeats,
+        )  # fmt: skip
+        report("pi0_update", args.batch / ours_s, args.batch / bare_s, "samples/s", 0.85, name)
+    return 0
+
+
+def training_rows(obs, plan, log_prob, horizons, latent) -> dict[str, torch.Tensor]:
+    """One rollout's worth of rows as the update takes them: each observation's first
+    chunk, the log-prob it was sampled with, its chain, an advantage of either sign."""
+    rows = obs.shape[0]
+    advantage = torch.linspace(-1.0, 1.0, rows, device=obs.device)
+    zeros, ones = torch.zeros(rows, device=obs.device), torch.ones(rows, device=obs.device)
+    return {
+        "obs": obs, "plan_obs": obs, "actions": plan[:, :CHUNK].contiguous(),
+        "chunk_offset": zeros.long(), "plan_horizon": horizons, "log_prob": log_prob,
+        "value": zeros, "advantage": advantage, "returns": zeros, "weight": ones,
+        "policy_weight": ones, "plan_latent": latent,
+    }  # fmt: skip
+
+
+class BarePi0:
+    """The same π0 loaded again (with the same adapters), fed inputs processed once."""
+
+    def __init__(self, folder: Path, policy, lora, device, precision: str) -> None:
+        self.model, _ = load_folder(folder)
+        if lora is not None:
+            from peft import LoraConfig as PeftLora
+            from peft import inject_adapter_in_model
+
+            adapters = PeftLora(r=lora.rank, lora_alpha=lora.alpha,
+                                target_modules=list(lora.target_modules))  # fmt: skip
+            self.model = inject_adapter_in_model(adapters, self.model)
+            for name, parameter in self.model.named_parameters():
+                parameter.requires_grad_("lora_" in name)
+        self.model.to(device)
+        self.policy, self.device, self.precision = policy, device, precision
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trained, lr=1e-4)
+        self._inputs: dict[str, torch.Tensor] | None = None
+
+    def inputs(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self._inputs is None:
+            self._inputs = self.policy.inputs(obs)
+        return self._inputs
+
+    @torch.no_grad()
+    def decide(self, obs: torch.Tensor) -> None:
+        inputs = self.inputs(obs)
+        noise = torch.randn(obs.shape[0], self.policy.chunk_size, self.policy.max_dim,
+                            device=obs.device)  # fmt: skip
+        with autocast(self.device, self.precision):
+            self.model.sample_actions(**inputs, noise=noise, num_steps=STEPS)
+
+    def update(self, obs: torch.Tensor, latent: torch.Tensor) -> None:
+        inputs = self.inputs(obs)
+        states = latent.view(obs.shape[0], *self.policy.latent_shape)
+        for part in torch.chunk(torch.arange(obs.shape[0], device=obs.device), MINIBATCHES):
+            batch = {name: tensor[part] for name, tensor in inputs.items()}
+            chain = states[part]
+            with autocast(self.device, self.precision):
+                cache, length = prefix_cache(self.model, batch)
+                loss = 0.0
+                for step in range(STEPS):
+                    time = torch.full((len(part),), 1.0 - step / STEPS, device=obs.device)
+                    velocity = self.model(
+                        state=batch["state"], noise=chain[:, step], timestep=time,
+                        past_key_values=cache, attention_mask=batch["attention_mask"],
+                        pixel_attention_mask=batch["pixel_attention_mask"],
+                    ).logits  # fmt: skip
+                    cache.crop(length)
+                    loss = loss + (chain[:, step + 1] - velocity).float().square().mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
