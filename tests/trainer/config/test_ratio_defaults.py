@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_vla_defaults_to_the_per_token_ratio_with_a_higher_upper_clip():
-    for example in ("builtin_vla.yaml", "libero_spatial_vla.yaml"):
+    for example in ("builtin_vla.yaml", "libero_spatial_vla.yaml", "builtin_pi0.yaml",
+                    "libero_spatial_pi0.yaml"):  # fmt: skip
         config = load_config(ROOT / "examples" / example)
         algorithm = config.algorithm
         assert algorithm.ratio == "token", example

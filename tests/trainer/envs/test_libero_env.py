@@ -261,3 +261,35 @@ def test_a_vla_sees_both_cameras_its_proprio_and_the_instruction(libero_installe
     assert plan.shape == (1, 10, 7)
     recomputed, _ = policy.chunk_log_prob(obs, torch.tensor([10]), torch.tensor([5]), plan[:, 5:])
     torch.testing.assert_close(recomputed, log_probs[:, 1], rtol=0, atol=1e-4)
+
+
+def test_a_pi0_plans_from_both_cameras_and_its_chunks_log_probs_are_exact(
+    libero_installed, tmp_path
+):
+    """The documented π0 example on LIBERO: a tiny π0 written on first use reads both
+    cameras and the padded proprio; a chunk's log-prob comes back from its stored chain."""
+    from trainer.config.loading import load_config
+    from trainer.models.vla import write_tiny_once
+    from trainer.runner.build import build_policy
+
+    env = LiberoVectorEnv(num_envs=1, suite="libero_spatial", vision_language=True, image_size=32)
+    try:
+        spec = env.vision_language
+        obs = env.reset(0, env.init_states(0)[:1])
+    finally:
+        env.close()
+    config = load_config(
+        Path(__file__).resolve().parents[3] / "examples/libero_spatial_pi0.yaml",
+        [f"actor.model.path={tmp_path / 'tiny'}", "env.image_size=32"],
+    )
+    write_tiny_once(tmp_path / "tiny", spec, "pi0")
+    policy = build_policy(config, env.obs_shape, env.action_dim, spec)
+    inputs = policy.inputs(obs)
+    assert inputs["pixel_values"].shape == (1, 2, 3, 32, 32)  # agent view and wrist
+    assert inputs["state"].shape == (1, 32) and inputs["state"][0, PROPRIO_DIM:].eq(0).all()
+    plan, log_probs, chain = policy.sample_plan_with_latent(obs, torch.tensor([10]), chunk=5)
+    assert plan.shape == (1, 10, 7)
+    recomputed, _ = policy.chunk_log_prob(
+        obs, torch.tensor([10]), torch.tensor([5]), plan[:, 5:], chain
+    )
+    torch.testing.assert_close(recomputed, log_probs[:, 1], rtol=1e-5, atol=1e-4)

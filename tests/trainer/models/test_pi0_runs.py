@@ -220,3 +220,20 @@ def test_lora_on_a_pi0_trains_adapters_only_and_a_frozen_tower_stays_out_of_chec
     saved = set(load_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))["algorithm"]["policy"])
     assert trainable <= saved and "_extra_state" in saved
     assert not any("vision_tower" in name or name.endswith("base_layer.weight") for name in saved)
+
+
+def test_gradient_checkpointing_recomputes_the_vision_tower_and_keeps_the_kv_cache(tiny, tmp_path):
+    """The prefix's KV cache feeds every denoising step, so a π0 checkpoints its vision
+    tower only; log-probs stay exact and gradients reach the prefix."""
+    config = pi0_config(tiny, tmp_path, "actor.model.gradient_checkpointing=true")
+    policy, obs = policy_and_obs(config, copies=3)
+    tower = policy.backbone.model.vlm.vision_tower
+    assert tower.is_gradient_checkpointing
+    assert not policy.backbone.model.vlm.language_model.gradient_checkpointing
+    horizons = torch.full((3,), 5)
+    plan, per_chunk, latent = policy.sample_plan_with_latent(obs, horizons, chunk=5)
+    tokens, _ = policy.token_log_probs(obs, horizons, torch.zeros(3, dtype=torch.long),
+                                       plan[:, :5], latent)  # fmt: skip
+    torch.testing.assert_close(tokens.sum((1, 2)), per_chunk[:, 0], atol=1e-4, rtol=1e-5)
+    tokens.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in tower.parameters())

@@ -14,6 +14,7 @@ from trainer.models.vla.action_bins import ActionBins
 from trainer.models.vla.families import PI0, family_of
 from trainer.models.vla.flow_sde import FlowSDE
 from trainer.models.vla.folder import ModelFolderError, check_folder, fingerprint, load_folder
+from trainer.models.vla.folder_policy import vision_tower
 from trainer.models.vla.pi0 import build_tiny_pi0
 from trainer.models.vla.pi0_policy import Pi0ChunkPolicy
 from trainer.models.vla.policy import VLAChunkPolicy
@@ -40,7 +41,12 @@ def build_vla_policy(
     if model.build_tiny and not (folder / "config.json").is_file():
         write_tiny_once(folder, spec, model.tiny_family)
     backbone, processor = load_folder(folder)
-    if model.gradient_checkpointing:
+    pi0 = family_of(folder) == PI0
+    if model.gradient_checkpointing and pi0:
+        # The vision tower only: recomputing the prefix's or the expert's layers in
+        # backward would write their keys and values into the shared KV cache again.
+        vision_tower(backbone).gradient_checkpointing_enable()
+    elif model.gradient_checkpointing:
         backbone.gradient_checkpointing_enable()
     if model.lora is not None:
         from peft import LoraConfig, inject_adapter_in_model
@@ -56,7 +62,7 @@ def build_vla_policy(
         for name, parameter in backbone.named_parameters():
             parameter.requires_grad_("lora_" in name)
     policy: VLAChunkPolicy | Pi0ChunkPolicy
-    if family_of(folder) == PI0:
+    if pi0:
         flow = FlowSDE(model.flow.steps, model.flow.noise_level)
         try:
             policy = Pi0ChunkPolicy(backbone, processor, spec, env_action_dim, max_horizon, flow)

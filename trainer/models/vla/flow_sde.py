@@ -160,11 +160,28 @@ def chain_log_probs(
     action_dims: int,
 ) -> torch.Tensor:
     """Each transition's log-density [B, steps, chunk, env dims] of a stored chain under
-    the model as it is now, with gradients (the update's side of `sample_chain`)."""
-    cache, length = prefix_cache(model, inputs)
+    the model as it is now, with gradients (the update's side of `sample_chain`).
+
+    The prefix runs once per row; every step's state is known, so the steps' velocities
+    come from one forward of the action expert over B × steps rows (each row's prefix
+    cache repeated once per step) instead of `steps` forwards one after another."""
+    batch, steps = states.shape[1], flow.steps
+    cache, _ = prefix_cache(model, inputs)
+    cache.batch_repeat_interleave(steps)  # row b's cache at rows b·steps … b·steps + steps-1
+    x = states[:-1].transpose(0, 1).flatten(0, 1)  # the same order: row-major, then step
+    times = torch.tensor(flow.times(), dtype=torch.float32, device=x.device).repeat(batch)
+
+    def each_step(value: torch.Tensor) -> torch.Tensor:
+        return value.repeat_interleave(steps, dim=0)
+
+    mask = inputs.get("attention_mask")
+    velocity = model(
+        state=each_step(inputs["state"]), noise=x, timestep=times, past_key_values=cache,
+        attention_mask=None if mask is None else each_step(mask),
+        pixel_attention_mask=each_step(inputs["pixel_attention_mask"]),
+    ).logits.view(batch, steps, *x.shape[1:])  # fmt: skip
     log_probs = []
     for index, t in enumerate(flow.times()):
-        x = states[index]
-        mean, std = _transition(flow, x, _velocity(model, inputs, cache, length, x, t), t)
+        mean, std = _transition(flow, states[index], velocity[:, index], t)
         log_probs.append(_log_density(states[index + 1], mean, std, action_dims))
     return torch.stack(log_probs, dim=1)
