@@ -13,6 +13,13 @@ classifier judges a success ends it as a mark would. Each
 episode starts with the driver's reset (errors cleared, joints homed if configured, the
 reset pose, the gripper open).
 
+With `vision_language` (a VLA's run), an observation is a packed vision-language row
+(`trainer.envs.vision_language`): every camera of the arm (each arm has the same number,
+in its config's order), resized to `image_size` pixels square, the 20 numbers of its
+state as proprio, and the task's instruction (`env.instructions`' task 0, else the task's
+name). A camera with no frame to give is a lost link, as a silent server is: a policy
+must not act on a picture nobody saw.
+
 The arms' cameras (MJPEG or snapshot URLs) are the console's: each copy's
 `RobotConsoleView` shows its arm's state and camera frames, and its e-stop reaches the
 arm at once, between steps. A server that stops answering is a lost link: the step
@@ -34,12 +41,14 @@ from PIL import Image
 
 from trainer.config.addresses import robot_base_url
 from trainer.envs.vector_env import EnvStep, EnvWorkerError, VectorEnv
+from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.hardware.serl_franka import RobotLinkLost, SafetyBox, SerlFranka, SerlSettings
 from trainer.hardware.url_camera import CameraLost, UrlCamera
 
 OBS_DIM = 20
 ACTION_DIM = 7
 RECONNECT_POLL_S = 0.5
+VLA_IMAGE_SIZE = 224  # PaliGemma's, π0's: what a VLA's camera pictures are by default
 
 
 def arm_settings(robot: dict[str, Any]) -> SerlSettings:
@@ -77,6 +86,9 @@ class RealRobotEnv(VectorEnv):
         reconnect_s: float = 60.0,
         camera: bool = False,
         success_classifier: dict[str, Any] | None = None,
+        vision_language: bool = False,
+        image_size: int | None = None,
+        instructions: dict[int, str] | None = None,
         **_unused: Any,  # the options of simulated envs (seed, init states per task)
     ) -> None:
         if len(robots) != num_envs:
@@ -103,6 +115,12 @@ class RealRobotEnv(VectorEnv):
             for driver in self.drivers
         ]
         self.judge = SuccessJudge(success_classifier, self.cameras) if success_classifier else None
+        self.vision_language: VisionLanguageSpec | None = None
+        if vision_language:
+            self.vision_language = self._vision_language_spec(
+                image_size or VLA_IMAGE_SIZE, (instructions or {}).get(0, task)
+            )
+            self.obs_shape = (self.vision_language.row_size,)
         self.pool = ThreadPoolExecutor(max_workers=num_envs, thread_name_prefix="arm")
         self.steps = torch.zeros(num_envs, dtype=torch.long, device="cpu")
         self._each(lambda driver, _: driver.connect())
@@ -207,7 +225,46 @@ class RealRobotEnv(VectorEnv):
         if errors:
             raise EnvWorkerError("; ".join(errors))
 
+    def _vision_language_spec(self, size: int, instruction: str) -> VisionLanguageSpec:
+        counts = {len(cameras) for cameras in self.cameras}
+        if counts == {0} or len(counts) > 1:
+            listed = ", ".join(
+                f"{driver.name}: {len(cameras)}"
+                for driver, cameras in zip(self.drivers, self.cameras, strict=True)
+            )
+            raise ValueError(
+                "a vla sees the arms' cameras: every arm needs the same number of them, "
+                f"at least one (env.real_robot.robots[].cameras; {listed})"
+            )
+        return VisionLanguageSpec((3, size, size), counts.pop(), OBS_DIM, (instruction,))
+
+    def _pictures(self) -> torch.Tensor:
+        """Every arm's cameras now, read at once: [N, cameras, 3, size, size] uint8."""
+        assert self.vision_language is not None
+        size = self.vision_language.image_shape[1]
+
+        def arm(copy: int) -> np.ndarray:
+            frames = []
+            for camera in self.cameras[copy]:
+                try:
+                    frame = Image.fromarray(camera.read()).convert("RGB")
+                except CameraLost as error:
+                    raise EnvWorkerError(f"{self.drivers[copy].name}: {error}") from error
+                frames.append(np.asarray(frame.resize((size, size), Image.Resampling.BILINEAR)))
+            return np.stack(frames)
+
+        pictures = [future.result() for future in
+                    [self.pool.submit(arm, copy) for copy in range(self.num_envs)]]  # fmt: skip
+        return torch.from_numpy(np.stack(pictures)).permute(0, 1, 4, 2, 3)
+
     def _observe(self) -> torch.Tensor:
+        state = self._state()
+        if self.vision_language is None:
+            return state
+        tasks = torch.zeros(self.num_envs, dtype=torch.long)
+        return self.vision_language.pack(self._pictures(), state, tasks)
+
+    def _state(self) -> torch.Tensor:
         rows = []
         for driver in self.drivers:
             state = driver.state

@@ -29,6 +29,7 @@ from trainer.envs.success_classifier import (
 from trainer.envs.vector_env import EnvWorkerError
 from trainer.hardware.serl_franka import SafetyBox
 from trainer.runner.build import env_options
+from trainer.runner.on_policy_runner import OnPolicyRunner
 from trainer.runner.rlpd_runner import RLPDRunner
 
 pytestmark = pytest.mark.timeout(120)
@@ -296,3 +297,57 @@ def test_taking_over_an_arm_holding_an_object_never_opens_its_gripper(servers, t
 def console_command(op: str, **fields) -> dict:
     return {"type": "teleop", "op": op, "operator": "olga", "robot": 0,
             "sent_at": time.monotonic(), "clock": "web-1", **fields}  # fmt: skip
+
+
+def pi0_on_arms(servers, tmp_path, cameras, *overrides: str):
+    """A π0 run's config on the two arms, each with `cameras`."""
+    return config(
+        servers, tmp_path, "algorithm.name=ppo", "actor.model.kind=vla",
+        f"actor.model.path={tmp_path / 'pi0'}", "actor.model.build_tiny=true",
+        "actor.model.tiny_family=pi0", "env.image_size=32", "env.max_episode_steps=10",
+        "rollout.action_horizons_pattern=[5,10]", "algorithm.data_batch_size=2",
+        "critic.hidden_sizes=[16]", *overrides, cameras=cameras,
+    )  # fmt: skip
+
+
+def test_a_pi0_sees_each_arms_cameras_state_and_task_and_trains_on_the_arms(servers, tmp_path):
+    front, wrist = FakeCamera(), FakeCamera()
+    cameras = [{"name": "front", "url": front.url("stream")},
+               {"name": "wrist", "url": wrist.url("snapshot")}]  # fmt: skip
+    try:
+        settings = pi0_on_arms(servers, tmp_path, cameras)
+        env = make_vector_env("real_robot", 2, **env_options(settings))
+        try:
+            spec = env.vision_language
+            assert spec.num_images == 2 and spec.proprio_dim == OBS_DIM
+            assert spec.instructions == ("push the block",) and spec.image_shape == (3, 32, 32)
+            images, proprio, tasks = spec.unpack(env.reset(0, env.init_states(0).expand(2, -1)))
+            assert images.shape == (2, 2, 3, 32, 32) and tasks.tolist() == [0, 0]
+            # The fake cameras' frames: green 100 of 255 everywhere.
+            assert images[:, :, 1].mean().item() == pytest.approx(100 / 255, abs=0.02)
+            assert proprio[:, :3].tolist() == [pytest.approx([0.5, 0.0, 0.2])] * 2
+            wrist.stop()
+            with pytest.raises(EnvWorkerError, match=r"franka-0: .*wrist"):
+                env.step(torch.zeros(2, 5, 7))
+        finally:
+            env.close()
+    finally:
+        front.stop()
+    front, wrist = FakeCamera(), FakeCamera()
+    cameras = [{"name": "front", "url": front.url("stream")},
+               {"name": "wrist", "url": wrist.url("snapshot")}]  # fmt: skip
+    try:
+        runner = OnPolicyRunner(pi0_on_arms(servers, tmp_path, cameras, "runner.iterations=1"))
+        assert type(runner.algorithm.policy).__name__ == "Pi0ChunkPolicy"
+        [row] = runner.learn()
+        assert row["rollout/episodes"] == 2 and np.isfinite(row["losses/value_loss"])
+        assert all(len(server.posed()) >= 10 for server in servers)  # ten actions each
+        runner.close()
+    finally:
+        front.stop(), wrist.stop()
+
+
+def test_a_vla_on_arms_without_cameras_is_refused(servers, tmp_path):
+    options = env_options(pi0_on_arms(servers, tmp_path, []))
+    with pytest.raises(ValueError, match=r"same number of them, at least one .*franka-0: 0"):
+        make_vector_env("real_robot", 2, **options)
