@@ -134,25 +134,31 @@ def training_rows(obs, plan, log_prob, horizons) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
+def bare_model(folder: Path, lora, device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The folder's model loaded again through transformers, with the policy's LoRA
+    adapters (the same settings), on `device`, and an AdamW over what trains."""
+    model, _ = load_folder(folder)
+    if lora is not None:
+        from peft import LoraConfig as PeftLora
+        from peft import inject_adapter_in_model
+
+        adapters = PeftLora(r=lora.rank, lora_alpha=lora.alpha,
+                            target_modules=list(lora.target_modules))  # fmt: skip
+        model = inject_adapter_in_model(adapters, model)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_("lora_" in name)
+    model.to(device)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return model, torch.optim.AdamW(trained, lr=1e-4)
+
+
 class Bare:
     """The same backbone loaded again, with the same adapters, fed processed inputs as
     long as ours (prompt + proprio token + plan queries) through its own forward."""
 
     def __init__(self, folder: Path, policy, lora, device, precision: str) -> None:
-        self.model, _ = load_folder(folder)
-        if lora is not None:
-            from peft import LoraConfig as PeftLora
-            from peft import inject_adapter_in_model
-
-            adapters = PeftLora(r=lora.rank, lora_alpha=lora.alpha,
-                                target_modules=list(lora.target_modules))  # fmt: skip
-            self.model = inject_adapter_in_model(adapters, self.model)
-            for name, parameter in self.model.named_parameters():
-                parameter.requires_grad_("lora_" in name)
-        self.model.to(device)
+        self.model, self.optimizer = bare_model(folder, lora, device)
         self.policy, self.device, self.precision = policy, device, precision
-        trained = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trained, lr=1e-4)
         self.extra = policy.queries.shape[0] + (policy.proprio_projector is not None)
         self._inputs: dict[str, torch.Tensor] | None = None
 

@@ -25,14 +25,13 @@ from pathlib import Path
 import torch
 
 from bench.gpu import median_pair
-from bench.vla import report
+from bench.vla import bare_model, report
 from trainer.algorithms import GRPO, OnPolicySettings
 from trainer.config.schema import FlowConfig, LoraConfig, ModelConfig
 from trainer.devices import autocast
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.models.vla import build_vla_policy
 from trainer.models.vla.flow_sde import prefix_cache
-from trainer.models.vla.folder import load_folder
 from trainer.models.vla.pi0 import build_tiny_pi0
 
 SIZES = {  # width, expert width, layers, image size
@@ -104,20 +103,8 @@ class BarePi0:
     """The same π0 loaded again (with the same adapters), fed inputs processed once."""
 
     def __init__(self, folder: Path, policy, lora, device, precision: str) -> None:
-        self.model, _ = load_folder(folder)
-        if lora is not None:
-            from peft import LoraConfig as PeftLora
-            from peft import inject_adapter_in_model
-
-            adapters = PeftLora(r=lora.rank, lora_alpha=lora.alpha,
-                                target_modules=list(lora.target_modules))  # fmt: skip
-            self.model = inject_adapter_in_model(adapters, self.model)
-            for name, parameter in self.model.named_parameters():
-                parameter.requires_grad_("lora_" in name)
-        self.model.to(device)
+        self.model, self.optimizer = bare_model(folder, lora, device)
         self.policy, self.device, self.precision = policy, device, precision
-        trained = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trained, lr=1e-4)
         self._inputs: dict[str, torch.Tensor] | None = None
 
     def inputs(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:

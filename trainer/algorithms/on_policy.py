@@ -413,6 +413,8 @@ class OnPolicyAlgorithm(ABC):
         """
         s = self.settings
         self.policy_version += 1
+        if "plan_latent" not in samples:  # rows made by hand (a bench): no plan has one
+            samples["plan_latent"] = samples["obs"].new_zeros(samples["obs"].shape[0], 0)
         normalize = s.normalize_advantages
         if normalize is None:
             normalize = self.normalizes_advantages
