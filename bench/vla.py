@@ -21,7 +21,7 @@ size asked (`--size`): `small` (width 256, 4 layers) by default, CPU-sized; `1b`
         [--batch 32] [--lora 16] [--repeats 5]
 
 `--family pi0` measures the π0 policy instead (bench/vla_pi0.py: `pi0_decide`,
-`pi0_update`; sizes tiny and small).
+`pi0_update`, on CUDA `pi0_update_mfu`; sizes tiny, small and real).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=("tokens", "pi0"), default="tokens")
-    parser.add_argument("--size", choices=SIZES, default="small")
+    # tokens: tiny, small, 1b; pi0 (bench/vla_pi0.py): tiny, small, real
+    parser.add_argument("--size", choices=(*SIZES, "real"), default="small")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=32, help="observations per update")
     parser.add_argument("--lora", type=int, default=16, help="LoRA rank; 0: full fine-tune")
@@ -72,6 +73,8 @@ def main() -> int:
         if args.size not in vla_pi0.SIZES:
             parser.error(f"--size for pi0: one of {', '.join(vla_pi0.SIZES)}")
         return vla_pi0.run(args, device, precision)
+    if args.size not in SIZES:
+        parser.error(f"--size for the tokens family: one of {', '.join(SIZES)}")
     width, layers, intermediate, image = SIZES[args.size]
     env = BuiltinReachEnv(args.batch, vision_language=True, image_size=image)
     spec = env.vision_language

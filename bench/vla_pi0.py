@@ -13,7 +13,12 @@
 
 The models are random π0s written by the trainer's tiny-π0 builder at the size asked:
 `tiny` (width 64, expert 32, 2 layers, 32-pixel images) or `small` (width 256, expert
-128, 4 layers, 64-pixel images; the default, CPU-sized), chunks of 50 actions.
+128, 4 layers, 64-pixel images; the default, CPU-sized), chunks of 50 actions; or
+`real` for a GPU: `PI0Config()`'s defaults (a PaliGemma 3B prefix at 224 pixels, a 300 M
+expert), random bf16 weights, nothing downloaded. On CUDA it also prints ``pi0_update_mfu``
+(model FLOPs of the update: 6 × the prefix's parameters × its tokens plus 6 × the
+expert's × the chunk's tokens for every denoising step, against the GPU's bf16 dense
+peak) and the update's peak memory per sample.
 """
 
 from __future__ import annotations
@@ -25,32 +30,38 @@ from pathlib import Path
 import torch
 
 from bench.gpu import median_pair
-from bench.vla import bare_model, report
+from bench.vla import BF16_PEAK_TFLOPS, bare_model, report
 from trainer.algorithms import GRPO, OnPolicySettings
 from trainer.config.schema import FlowConfig, LoraConfig, ModelConfig
 from trainer.devices import autocast
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.models.vla import build_vla_policy
 from trainer.models.vla.flow_sde import prefix_cache
-from trainer.models.vla.pi0 import build_tiny_pi0
+from trainer.models.vla.pi0 import build_full_size_pi0, build_tiny_pi0
 
-SIZES = {  # width, expert width, layers, image size
+SIZES = {  # width, expert width, layers, image size (None: PI0Config()'s defaults)
     "tiny": (64, 32, 2, 32),
     "small": (256, 128, 4, 64),
+    "real": None,
 }
 HORIZON, CHUNK, MINIBATCHES, STEPS = 5, 5, 2, 4
 
 
 def run(args: argparse.Namespace, device: torch.device, precision: str) -> int:
-    width, expert, layers, image = SIZES[args.size]
+    size = SIZES[args.size]
+    image = 224 if size is None else size[3]
     env = BuiltinReachEnv(args.batch, vision_language=True, image_size=image)
     spec = env.vision_language
     assert spec is not None
     obs = env.reset(0, env.init_states(0)[: args.batch]).to(device)
     lora = LoraConfig(rank=args.lora, alpha=2.0 * args.lora) if args.lora else None
     with tempfile.TemporaryDirectory() as folder:
-        build_tiny_pi0(Path(folder), spec.instructions, image_size=image, width=width,
-                       expert_width=expert, layers=layers)  # fmt: skip
+        if size is None:
+            build_full_size_pi0(Path(folder), spec.instructions)
+        else:
+            width, expert, layers, _ = size
+            build_tiny_pi0(Path(folder), spec.instructions, image_size=image, width=width,
+                           expert_width=expert, layers=layers)  # fmt: skip
         model = ModelConfig(kind="vla", path=folder, lora=lora, num_action_chunks=CHUNK,
                             flow=FlowConfig(steps=STEPS))  # fmt: skip
         policy = build_vla_policy(model, spec, env.action_dim, HORIZON)
@@ -77,12 +88,36 @@ def run(args: argparse.Namespace, device: torch.device, precision: str) -> int:
 
         ours_s, bare_s = median_pair(decide, lambda: bare.decide(obs), device, args.repeats)
         report("pi0_decide", args.batch / ours_s, args.batch / bare_s, "decisions/s", 0.9, name)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         ours_s, bare_s = median_pair(
             lambda: grpo.update_rows(dict(rows)), lambda: bare.update(obs, latent), device,
             args.repeats,
         )  # fmt: skip
         report("pi0_update", args.batch / ours_s, args.batch / bare_s, "samples/s", 0.85, name)
+        if device.type == "cuda":
+            report_mfu(policy, args.batch, ours_s, name, device)
     return 0
+
+
+def report_mfu(policy, batch: int, seconds: float, name: str, device: torch.device) -> None:
+    """The update's model FLOPs per second against the GPU's bf16 peak, and its peak
+    memory per sample."""
+    model = policy.backbone.model
+    prefix = sum(p.numel() for p in model.vlm.parameters())
+    expert = sum(p.numel() for p in model.dit.parameters())
+    prefix_tokens = policy.processor.image_processor.image_seq_length * policy.spec.num_images
+    prefix_tokens += 48  # the instruction's tokens, padded by the processor (max_length)
+    flops = 6 * batch * (prefix * prefix_tokens + STEPS * expert * (policy.chunk_size + 1))
+    peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
+    memory = torch.cuda.max_memory_allocated(device) / batch / 2**30
+    print(f"pi0 update: peak memory {memory:.2f} GiB per sample at batch {batch}")
+    if peak:
+        rate = flops / seconds / 1e12
+        print(
+            f"RESULT bench=pi0_update_mfu ours={rate:.1f}TFLOP/s baseline={peak:.0f}TFLOP/s "
+            f"ratio={rate / peak:.3f} unit=MFU better=higher target=0.4 device={name!r}"
+        )
 
 
 def training_rows(obs, plan, log_prob, horizons, latent) -> dict[str, torch.Tensor]:

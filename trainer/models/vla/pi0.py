@@ -98,3 +98,35 @@ def build_tiny_pi0(
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
+
+
+def build_full_size_pi0(folder: Path, sentences: Sequence[str], seed: int = 0) -> Path:
+    """Write a π0 of the shipped size (`PI0Config()`'s defaults: a PaliGemma 3B prefix at
+    224 pixels, a 300 M Gemma expert; about 3.3 B parameters) with random weights in
+    bf16, and a processor whose tokenizer is fitted to `sentences`: what a benchmark
+    measures on a GPU without downloading a checkpoint."""
+    import torch
+    from transformers import PI0Config, PI0ForConditionalGeneration, PI0Processor
+
+    try:
+        from transformers import SiglipImageProcessorPil as ImageProcessor
+    except ImportError:  # pragma: no cover - older transformers
+        from transformers import SiglipImageProcessor as ImageProcessor
+
+    config = PI0Config()
+    vision = config.vlm_config.vision_config
+    images = ImageProcessor(
+        size={"height": vision.image_size, "width": vision.image_size},
+        image_seq_length=(vision.image_size // vision.patch_size) ** 2,
+    )
+    processor = PI0Processor(
+        image_processor=images, tokenizer=fitted_tokenizer(sentences),
+        chunk_size=config.chunk_size, max_state_dim=config.max_state_dim,
+    )  # fmt: skip
+    config.vlm_config.image_token_id = processor.image_token_id  # the fitted tokenizer's
+    torch.manual_seed(seed)
+    model = PI0ForConditionalGeneration._from_config(config, dtype=torch.bfloat16)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
