@@ -36,12 +36,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gpu import median_pair  # noqa: E402
+from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report  # noqa: E402
 from trainer.algorithms import GRPO, OnPolicySettings  # noqa: E402
 from trainer.config.schema import LoraConfig, ModelConfig  # noqa: E402
 from trainer.devices import autocast, enable_fast_matmul  # noqa: E402
 from trainer.envs.builtin_reach import BuiltinReachEnv  # noqa: E402
 from trainer.models.vla import build_vla_policy  # noqa: E402
-from trainer.models.vla.folder import load_folder  # noqa: E402
 from trainer.models.vla.tiny import build_tiny_vla  # noqa: E402
 
 SIZES = {  # width, layers, intermediate, image size
@@ -50,7 +50,6 @@ SIZES = {  # width, layers, intermediate, image size
     "1b": (2048, 16, 8192, 224),
 }
 HORIZON, CHUNK, MINIBATCHES = 5, 5, 2
-BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
 
 
 def main() -> int:
@@ -137,24 +136,6 @@ def training_rows(obs, plan, log_prob, horizons) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-def bare_model(folder: Path, lora, device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """The folder's model loaded again through transformers, with the policy's LoRA
-    adapters (the same settings), on `device`, and an AdamW over what trains."""
-    model, _ = load_folder(folder)
-    if lora is not None:
-        from peft import LoraConfig as PeftLora
-        from peft import inject_adapter_in_model
-
-        adapters = PeftLora(r=lora.rank, lora_alpha=lora.alpha,
-                            target_modules=list(lora.target_modules))  # fmt: skip
-        model = inject_adapter_in_model(adapters, model)
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_("lora_" in name)
-    model.to(device)
-    trained = [p for p in model.parameters() if p.requires_grad]
-    return model, torch.optim.AdamW(trained, lr=1e-4)
-
-
 class Bare:
     """The same backbone loaded again, with the same adapters, fed processed inputs as
     long as ours (prompt + proprio token + plan queries) through its own forward."""
@@ -197,11 +178,6 @@ class Bare:
     def forward(self, obs: torch.Tensor) -> None:
         with autocast(self.device, self.precision):
             self.model(**self.inputs(obs))
-
-
-def report(name: str, ours: float, bare: float, unit: str, target: float, device: str) -> None:
-    print(f"RESULT bench={name} ours={ours:.1f} baseline={bare:.1f} ratio={ours / bare:.2f} "
-          f"unit={unit} better=higher target={target} device={device!r}")  # fmt: skip
 
 
 if __name__ == "__main__":

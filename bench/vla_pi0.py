@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.gpu import median_pair
-from bench.vla import BF16_PEAK_TFLOPS, bare_model, report
+from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report
 from trainer.algorithms import GRPO, OnPolicySettings
 from trainer.config.schema import FlowConfig, LoraConfig, ModelConfig
 from trainer.devices import autocast
