@@ -229,7 +229,9 @@
   }
 
   function chartStatus(text) {
+    // Gone once the page is left: a catch-up a late reconnect started may end after it.
     const element = document.getElementById("charts-status");
+    if (!element) return;
     element.textContent = text;
     element.hidden = !text;
   }
@@ -379,8 +381,9 @@
 
   function drawHeatmap() {
     const canvas = document.getElementById("task-heatmap");
-    const tasks = taskIds();
     const empty = document.getElementById("tasks-empty");
+    if (!canvas || !empty) return; // the page was left
+    const tasks = taskIds();
     empty.hidden = tasks.length > 0;
     canvas.hidden = tasks.length === 0;
     if (!tasks.length) return;
@@ -452,6 +455,7 @@
   // with every push; a button replaced under the pointer would miss its click).
   function drawTaskTable() {
     const table = document.getElementById("task-table");
+    if (!table) return; // the page was left
     const horizonsSeen = new Set();
     for (const row of taskData?.table || []) for (const h of Object.keys(row.horizons || {})) horizonsSeen.add(h);
     const hs = [...horizonsSeen].sort((a, b) => Number(a) - Number(b));
