@@ -1,6 +1,7 @@
 """A control plane made of real processes (daphne, a Celery worker, a Ray head),
 started from the same commands as `./armature up`, against the test database."""
 
+import http.client
 import json
 import os
 import shutil
@@ -103,7 +104,7 @@ class RayHead:
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as reply:
                 return reply.read()
-        except OSError:
+        except (OSError, http.client.HTTPException):  # not (yet) the dashboard answering
             return None
 
     def alive_nodes(self) -> int:
