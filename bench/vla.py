@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gpu import median_pair  # noqa: E402
-from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report  # noqa: E402
+from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report, training_rows  # noqa: E402
 from trainer.algorithms import GRPO, OnPolicySettings  # noqa: E402
 from trainer.config.schema import LoraConfig, ModelConfig  # noqa: E402
 from trainer.devices import autocast, enable_fast_matmul  # noqa: E402
@@ -93,7 +93,7 @@ def main() -> int:
         horizons = torch.full((args.batch,), HORIZON, device=device)
         with autocast(device, precision):
             plan, log_prob = policy.sample_plan(obs, horizons, chunk=CHUNK)
-        rows = training_rows(obs, plan, log_prob[:, 0], horizons)
+        rows = training_rows(obs, plan, log_prob[:, 0], horizons, CHUNK)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         seq = bare.input_ids(obs).shape[1]
         print(f"model {args.size}: {sum(p.numel() for p in policy.parameters()) / 1e6:.1f} M "
@@ -120,20 +120,6 @@ def main() -> int:
         ours_s, bare_s = median_pair(decide, lambda: bare.forward(obs), device, args.repeats)
         report("vla_decide", args.batch / ours_s, args.batch / bare_s, "decisions/s", 0.9, name)
     return 0
-
-
-def training_rows(obs, plan, log_prob, horizons) -> dict[str, torch.Tensor]:
-    """One rollout's worth of rows as the update takes them: each observation's first
-    chunk, the log-prob it was sampled with, an advantage of either sign."""
-    rows = obs.shape[0]
-    advantage = torch.linspace(-1.0, 1.0, rows, device=obs.device)
-    zeros, ones = torch.zeros(rows, device=obs.device), torch.ones(rows, device=obs.device)
-    return {
-        "obs": obs, "plan_obs": obs, "actions": plan[:, :CHUNK].contiguous(),
-        "chunk_offset": zeros.long(), "plan_horizon": horizons, "log_prob": log_prob,
-        "value": zeros, "advantage": advantage, "returns": zeros, "weight": ones,
-        "policy_weight": ones,
-    }  # fmt: skip
 
 
 class Bare:

@@ -33,3 +33,23 @@ def bare_model(folder: Path, lora, device) -> tuple[torch.nn.Module, torch.optim
 def report(name: str, ours: float, bare: float, unit: str, target: float, device: str) -> None:
     print(f"RESULT bench={name} ours={ours:.1f} baseline={bare:.1f} ratio={ours / bare:.2f} "
           f"unit={unit} better=higher target={target} device={device!r}")  # fmt: skip
+
+
+def training_rows(
+    obs, plan, log_prob, horizons, chunk: int, latent=None
+) -> dict[str, torch.Tensor]:
+    """One rollout's worth of rows as the update takes them: each observation's first
+    chunk, the log-prob it was sampled with (and the plan's latent, a π0's chain), an
+    advantage of either sign."""
+    rows = obs.shape[0]
+    advantage = torch.linspace(-1.0, 1.0, rows, device=obs.device)
+    zeros, ones = torch.zeros(rows, device=obs.device), torch.ones(rows, device=obs.device)
+    made = {
+        "obs": obs, "plan_obs": obs, "actions": plan[:, :chunk].contiguous(),
+        "chunk_offset": zeros.long(), "plan_horizon": horizons, "log_prob": log_prob,
+        "value": zeros, "advantage": advantage, "returns": zeros, "weight": ones,
+        "policy_weight": ones,
+    }  # fmt: skip
+    if latent is not None:
+        made["plan_latent"] = latent
+    return made

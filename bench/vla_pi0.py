@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.gpu import median_pair
-from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report
+from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report, training_rows
 from trainer.algorithms import GRPO, OnPolicySettings
 from trainer.config.schema import FlowConfig, LoraConfig, ModelConfig
 from trainer.devices import autocast
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, device: torch.device, precision: str) -> int:
         horizons = torch.full((args.batch,), HORIZON, device=device)
         with autocast(device, precision):
             plan, log_prob, latent = policy.sample_plan_with_latent(obs, horizons, chunk=CHUNK)
-        rows = training_rows(obs, plan, log_prob[:, 0], horizons, latent)
+        rows = training_rows(obs, plan, log_prob[:, 0], horizons, CHUNK, latent)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         expert_size = sum(p.numel() for p in policy.backbone.model.dit.parameters())
         print(f"pi0 {args.size}: {sum(p.numel() for p in policy.parameters()) / 1e6:.2f} M "
@@ -118,20 +118,6 @@ def report_mfu(policy, batch: int, seconds: float, name: str, device: torch.devi
             f"RESULT bench=pi0_update_mfu ours={rate:.1f}TFLOP/s baseline={peak:.0f}TFLOP/s "
             f"ratio={rate / peak:.3f} unit=MFU better=higher target=0.4 device={name!r}"
         )
-
-
-def training_rows(obs, plan, log_prob, horizons, latent) -> dict[str, torch.Tensor]:
-    """One rollout's worth of rows as the update takes them: each observation's first
-    chunk, the log-prob it was sampled with, its chain, an advantage of either sign."""
-    rows = obs.shape[0]
-    advantage = torch.linspace(-1.0, 1.0, rows, device=obs.device)
-    zeros, ones = torch.zeros(rows, device=obs.device), torch.ones(rows, device=obs.device)
-    return {
-        "obs": obs, "plan_obs": obs, "actions": plan[:, :CHUNK].contiguous(),
-        "chunk_offset": zeros.long(), "plan_horizon": horizons, "log_prob": log_prob,
-        "value": zeros, "advantage": advantage, "returns": zeros, "weight": ones,
-        "policy_weight": ones, "plan_latent": latent,
-    }  # fmt: skip
 
 
 class BarePi0:

@@ -261,7 +261,7 @@ class RealRobotEnv(VectorEnv):
         state = self._state()
         if self.vision_language is None:
             return state
-        tasks = torch.zeros(self.num_envs, dtype=torch.long)
+        tasks = torch.zeros(self.num_envs, dtype=torch.long, device="cpu")  # envs are CPU-side
         return self.vision_language.pack(self._pictures(), state, tasks)
 
     def _state(self) -> torch.Tensor:
