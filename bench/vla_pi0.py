@@ -143,7 +143,7 @@ class BarePi0:
 
     def update(self, obs: torch.Tensor, latent: torch.Tensor) -> None:
         inputs = self.inputs(obs)
-        states = latent.view(obs.shape[0], *self.policy.latent_shape)
+        states = self.policy.chain_of(latent)[0].transpose(0, 1)
         for part in torch.chunk(torch.arange(obs.shape[0], device=obs.device), MINIBATCHES):
             batch = {name: tensor[part] for name, tensor in inputs.items()}
             chain = states[part]

@@ -292,6 +292,21 @@ class FlowConfig(Section):
         description="π0: how the denoising loop becomes a stochastic policy: sde (Flow-SDE, "
         "each step a Gaussian transition with exact log-probs).",
     )
+    stochastic_steps: Literal["all", "one"] = Field(
+        "all",
+        description="π0: which denoising steps inject noise in rollouts. all: every step, "
+        "a chunk's log-prob the whole chain's. one: each decision draws one step, the "
+        "others follow the ODE, the log-prob is that step's (πRL's hybrid ODE-SDE "
+        "sampling): the executed actions stay nearer the deterministic plan evaluation "
+        "runs, and the update evaluates one velocity per row instead of `steps`.",
+    )
+    step_tokens: bool = Field(
+        False,
+        description="π0, with algorithm.ratio: token: a token is one dim of one executed "
+        "action at one denoising step, so the trust region clips each step's Gaussian "
+        "apart (a per-step ratio); false: a token's log-prob is its dim's density summed "
+        "over the steps.",
+    )
 
 
 # A VLA's action range: [low, high] for every dim, or fitted to bc's demos.

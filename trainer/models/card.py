@@ -36,7 +36,8 @@ def model_card(policy: nn.Module, model: ModelConfig) -> dict[str, Any]:
             expert_parameters=sum(p.numel() for p in backbone.model.dit.parameters()),
             chunk_size=int(backbone.config.chunk_size),
             denoising_steps=model.flow.steps,
-            noise=f"{model.flow.method} (Flow-SDE), level {model.flow.noise_level:g}",
+            noise=f"{model.flow.method} (Flow-SDE), level {model.flow.noise_level:g}"
+            + ("" if model.flow.stochastic_steps == "all" else ", one step per decision"),
             normalisation=policy.normaliser.source,  # type: ignore[attr-defined]
             image_size=[int(size["height"]), int(size["width"])],
         )

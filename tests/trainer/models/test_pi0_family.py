@@ -82,7 +82,7 @@ def test_a_sampled_chains_log_probs_are_recomputed_exactly_with_gradients(loaded
     torch.testing.assert_close(again.states, chain.states, atol=0, rtol=0)  # seeded: the same
 
     model.zero_grad()
-    recomputed = chain_log_probs(model, batch, chain.states, flow, ENV_DIMS)
+    recomputed = chain_log_probs(model, batch, chain.states, chain.stochastic, flow, ENV_DIMS)
     assert recomputed.shape == (3, 4, 50, ENV_DIMS)
     torch.testing.assert_close(recomputed.detach(), chain.step_log_probs, atol=1e-5, rtol=1e-6)
     recomputed.sum().backward()
@@ -93,8 +93,37 @@ def test_a_sampled_chains_log_probs_are_recomputed_exactly_with_gradients(loaded
     padded = chain.states.clone()
     padded[1:, ..., ENV_DIMS:] += 3.0
     with torch.no_grad():
-        same = chain_log_probs(model, batch, padded, flow, ENV_DIMS)
+        same = chain_log_probs(model, batch, padded, chain.stochastic, flow, ENV_DIMS)
     torch.testing.assert_close(same[:, 0].sum((1, 2)), chain.log_probs[:, 0], atol=1e-4, rtol=1e-6)
+
+
+def test_with_one_stochastic_step_a_chain_has_one_steps_density_recomputed_exactly(loaded):
+    """πRL's hybrid sampling: each row draws one step that injects noise, the others are
+    the ODE's; the update recomputes that step's density alone, exactly."""
+    model, processor = loaded
+    batch = inputs(processor, rows=8)
+    flow = FlowSDE(steps=4, noise_level=0.5, stochastic_steps="one")
+    noise = torch.randn(8, 50, 32, generator=torch.Generator().manual_seed(4))
+    chain = sample_chain(model, batch, noise, flow, ENV_DIMS, torch.Generator().manual_seed(5))
+    assert torch.all(chain.stochastic.sum(1) == 1)
+    assert len(set(chain.stochastic.argmax(1).tolist())) > 1  # drawn per row
+    densities = chain.step_log_probs.sum((2, 3))
+    assert torch.all((densities != 0) == chain.stochastic.bool())
+
+    ode = sample_chain(model, batch, noise, FlowSDE(4, noise_level=0.0), ENV_DIMS)
+    joint = sample_chain(model, batch, noise, FlowSDE(4, 0.5), ENV_DIMS,
+                         torch.Generator().manual_seed(5))  # fmt: skip
+    one_off = (chain.actions - ode.actions)[..., :ENV_DIMS].abs().mean()
+    joint_off = (joint.actions - ode.actions)[..., :ENV_DIMS].abs().mean()
+    assert one_off < joint_off  # one step's noise, not every step's
+
+    model.zero_grad()
+    recomputed = chain_log_probs(model, batch, chain.states, chain.stochastic, flow, ENV_DIMS)
+    torch.testing.assert_close(recomputed.detach(), chain.step_log_probs, atol=1e-5, rtol=1e-6)
+    recomputed.sum().backward()
+    assert model.action_out_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="stochastic_steps"):
+        FlowSDE(stochastic_steps="some")
 
 
 def test_the_noise_level_is_checked_and_the_first_steps_sigma_is_finite():

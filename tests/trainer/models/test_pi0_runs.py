@@ -55,13 +55,17 @@ def policy_and_obs(config, copies: int = 6, task: int = 0):
     return policy, obs
 
 
-def test_a_chunks_log_prob_is_recomputed_from_its_plans_chain_for_every_offset(tiny, tmp_path):
-    policy, obs = policy_and_obs(pi0_config(tiny, tmp_path))
-    assert isinstance(policy, Pi0ChunkPolicy) and policy.plan_latent_size == 5 * 50 * 32
+@pytest.mark.parametrize("stochastic", ["all", "one"])
+def test_a_chunks_log_prob_is_recomputed_from_its_plans_chain_for_every_offset(
+    tiny, tmp_path, stochastic
+):
+    config = pi0_config(tiny, tmp_path, f"actor.model.flow.stochastic_steps={stochastic}")
+    policy, obs = policy_and_obs(config)
+    assert isinstance(policy, Pi0ChunkPolicy) and policy.plan_latent_size == 5 * 50 * 32 + 4
     horizons = torch.tensor([5, 10] * 3)
     torch.manual_seed(0)
     plan, per_chunk, latent = policy.sample_plan_with_latent(obs, horizons, steps=10, chunk=5)
-    assert plan.shape == (6, 10, 7) and per_chunk.shape == (6, 2) and latent.shape == (6, 8000)
+    assert plan.shape == (6, 10, 7) and per_chunk.shape == (6, 2) and latent.shape == (6, 8004)
     for offset in (0, 5):
         offsets = torch.full((6,), offset)
         tokens, entropy = policy.token_log_probs(
@@ -70,10 +74,22 @@ def test_a_chunks_log_prob_is_recomputed_from_its_plans_chain_for_every_offset(t
         assert tokens.shape == entropy.shape == (6, 5, 7)
         torch.testing.assert_close(tokens.sum((1, 2)), per_chunk[:, offset // 5],
                                    atol=1e-4, rtol=1e-5)  # fmt: skip
-        # The injected noise's entropy: fixed by the noise level, the same for every token.
-        assert torch.all(entropy == entropy[0, 0, 0])
+        # The injected noise's entropy: fixed by the noise level and the steps that
+        # injected it, the same for every token of a row (of every row when all do).
+        assert torch.all(entropy == entropy[:, :1, :1])
+        assert torch.all(entropy == entropy[0, 0, 0]) == (stochastic == "all")
     with pytest.raises(ValueError, match="chain"):
         policy.token_log_probs(obs, horizons, torch.zeros(6, dtype=torch.long), plan[:, :5])
+
+    # A token per denoising step: the same densities, split by the step that made them.
+    policy.step_tokens = True
+    offsets = torch.full((6,), 5)
+    per_step, noise = policy.token_log_probs(obs, horizons, offsets, plan[:, 5:], latent)
+    assert per_step.shape == noise.shape == (6, 4 * 5, 7)
+    torch.testing.assert_close(per_step.sum((1, 2)), per_chunk[:, 1], atol=1e-4, rtol=1e-5)
+    silent = (per_step.view(6, 4, 5, 7) == 0).all(-1).all(-1)  # the ODE's steps
+    assert silent.sum().item() == (0 if stochastic == "all" else 6 * 3)
+    policy.step_tokens = False
 
     # Alone or beside other rows, a row's chain scores the same.
     alone, _ = policy.token_log_probs(
@@ -96,15 +112,19 @@ def test_a_deterministic_plan_is_the_librarys_own_sampling_unnormalised(tiny, tm
     torch.testing.assert_close(plan, policy.normaliser.actions(chunk[:, :10]), atol=1e-5, rtol=0)
 
 
-def test_the_update_recomputes_the_rollouts_log_probs_through_the_storage(tiny, tmp_path):
+@pytest.mark.parametrize(
+    "flow", [[], ["actor.model.flow.stochastic_steps=one"], ["actor.model.flow.step_tokens=true"]]
+)
+def test_the_update_recomputes_the_rollouts_log_probs_through_the_storage(tiny, tmp_path, flow):
     """One epoch of one minibatch: the ratio of the first (only) step is 1 wherever the
-    chain the rollout stored comes back to the update."""
+    chain the rollout stored comes back to the update: with every denoising step
+    stochastic, with one drawn per decision, and with a token per step."""
     config = pi0_config(tiny, tmp_path, "algorithm.update_epochs=1",
-                        "algorithm.num_minibatches=1", "runner.iterations=1")  # fmt: skip
+                        "algorithm.num_minibatches=1", "runner.iterations=1", *flow)  # fmt: skip
     runner = OnPolicyRunner(config)
     before = {n: p.detach().clone() for n, p in runner.algorithm.policy.named_parameters()}
     [row] = runner.learn()
-    assert row["losses/approx_kl_chunk"] < 1e-8
+    assert row["losses/approx_kl_chunk"] < 1e-8 and row["losses/approx_kl_token"] < 1e-8
     assert np.isfinite(row["losses/policy_loss"]) and row["losses/updates"] == 1
     after = dict(runner.algorithm.policy.named_parameters())
     changed = [n for n, p in after.items() if not torch.equal(p.detach(), before[n])]

@@ -63,9 +63,12 @@ def build_vla_policy(
             parameter.requires_grad_("lora_" in name)
     policy: VLAChunkPolicy | Pi0ChunkPolicy
     if pi0:
-        flow = FlowSDE(model.flow.steps, model.flow.noise_level)
+        flow = FlowSDE(model.flow.steps, model.flow.noise_level, model.flow.stochastic_steps)
         try:
-            policy = Pi0ChunkPolicy(backbone, processor, spec, env_action_dim, max_horizon, flow)
+            policy = Pi0ChunkPolicy(
+                backbone, processor, spec, env_action_dim, max_horizon, flow,
+                model.flow.step_tokens,
+            )  # fmt: skip
         except ValueError as error:
             raise ModelFolderError(f"{folder}: {error}") from None
         if model.freeze_vision:

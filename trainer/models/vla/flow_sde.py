@@ -15,6 +15,16 @@ noise level ``a`` = 0 gives back the ODE step, which is exactly the library's lo
 (`tests/trainer/models/test_pi0_family.py` holds it to 1e-5). σ_t is read at
 ``min(t, 1 - |dt|)``: at the first step t = 1 it would be infinite.
 
+Which steps are stochastic (`stochastic_steps`): ``all`` makes every step a Gaussian
+transition and a chunk's log-prob the joint chain's; ``one`` draws, for each decision, one
+step to be stochastic while the others follow the ODE, and the log-prob is that step's
+(πRL's hybrid ODE-SDE sampling, after MixGRPO, arXiv 2507.21802). With ``one`` the
+executed actions carry one step's noise instead of every step's, so the sampled policy
+stays near the deterministic one evaluation runs, and the update evaluates one velocity
+per row instead of `steps`. The ODE steps are deterministic in the parameters of the
+moment: the ratio is the stochastic step's, exact as the joint chain's is, and neither
+differentiates through how later steps move the chunk (each step reads its stored state).
+
 Each transition is a diagonal Gaussian, so its log-density is a sum over the chunk's
 positions and action dims; the chain keeps it per step, position and dim (over the env's
 action dims only: the padded dims up to `max_action_dim` never reach the env, so their
@@ -29,21 +39,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(frozen=True)
 class FlowSDE:
     steps: int = 4  # denoising steps (RLinf uses 4-5 for RL, 10 for inference)
     noise_level: float = 0.5  # a in σ_t = a·√(t / (1 - t)); 0: the library's ODE
+    stochastic_steps: Literal["all", "one"] = "all"
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps: at least 1, got {self.steps}")
         if not (self.noise_level >= 0 and math.isfinite(self.noise_level)):
             raise ValueError(f"noise_level: a finite number >= 0, got {self.noise_level}")
+        if self.stochastic_steps not in ("all", "one"):
+            raise ValueError(f"stochastic_steps: all or one, got {self.stochastic_steps!r}")
+
+    def draw_stochastic(
+        self, batch: int, device: torch.device | str, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Which steps of each row's chain inject noise [B, steps] (1 or 0)."""
+        if self.stochastic_steps == "all":
+            return torch.ones(batch, self.steps, device=device)
+        step = torch.randint(self.steps, (batch,), generator=generator,
+                             device=generator.device if generator else "cpu")  # fmt: skip
+        return F.one_hot(step.to(device), self.steps).float()
 
     def times(self) -> list[float]:
         """Each step's t, from 1 down (the library's schedule)."""
@@ -58,10 +82,12 @@ class FlowSDE:
 @dataclass
 class FlowChain:
     """A sampled chain: `states` [steps + 1, B, chunk, max_action_dim] from the starting
-    noise to the actions, and each transition's log-density [B, steps, chunk, env dims]."""
+    noise to the actions, each transition's log-density [B, steps, chunk, env dims], and
+    which steps injected noise [B, steps] (a deterministic step's log-density is 0)."""
 
     states: torch.Tensor
     step_log_probs: torch.Tensor
+    stochastic: torch.Tensor
 
     @property
     def actions(self) -> torch.Tensor:
@@ -100,26 +126,31 @@ def _velocity(model: Any, inputs: dict, cache: Any, length: int, x: torch.Tensor
     return out.logits
 
 
-def _transition(flow: FlowSDE, x: torch.Tensor, v: torch.Tensor, t: float):
-    """The step's mean and standard deviation (a float; 0 for the ODE)."""
+def _transition(flow: FlowSDE, x: torch.Tensor, v: torch.Tensor, t, on: torch.Tensor):
+    """The step's mean and standard deviation [rows, 1, 1] (0 for the ODE) at time `t`
+    (a float, or one per row), the noise injected on the rows where `on` [rows] is 1."""
     dt = -1.0 / flow.steps
-    sigma = flow.sigma(t)
-    drift = v + (sigma**2 / (2 * t)) * (x + (1 - t) * v) if sigma else v
+    t = torch.as_tensor(t, dtype=x.dtype, device=x.device).reshape(-1, 1, 1)
+    floor = torch.clamp(t, max=1.0 - 1.0 / flow.steps)
+    sigma = flow.noise_level * torch.sqrt(floor / (1.0 - floor)) * on.to(x.dtype).view(-1, 1, 1)
+    drift = v + (sigma.square() / (2 * t)) * (x + (1 - t) * v) if flow.noise_level else v
     return x + drift * dt, sigma * math.sqrt(-dt)
 
 
-def _log_density(x: torch.Tensor, mean: torch.Tensor, std: float, dims: int) -> torch.Tensor:
+def _log_density(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, dims: int) -> torch.Tensor:
     """Log N(x; mean, std²) of each position and each of the first `dims` action dims
-    [B, chunk, dims]; 0 for a deterministic step."""
-    if std == 0.0:
-        return torch.zeros_like(x[..., :dims])
-    z = (x - mean)[..., :dims] / std
-    return -0.5 * z.square() - math.log(std) - 0.5 * math.log(2 * math.pi)
+    [rows, chunk, dims]; 0 for a deterministic row (std 0)."""
+    noisy = std > 0
+    safe = torch.where(noisy, std, torch.ones_like(std))
+    z = (x - mean)[..., :dims] / safe
+    density = -0.5 * z.square() - torch.log(safe) - 0.5 * math.log(2 * math.pi)
+    return torch.where(noisy, density, torch.zeros_like(density))
 
 
 def step_entropy(flow: FlowSDE) -> list[float]:
-    """The entropy of each step's injected noise, per position and action dim (nats): a
-    Gaussian's, fixed by the noise level and the schedule, 0 for the ODE's steps."""
+    """The entropy of each step's injected noise when the step is stochastic, per
+    position and action dim (nats): a Gaussian's, fixed by the noise level and the
+    schedule, 0 for the ODE's steps."""
     dt = 1.0 / flow.steps
     return [
         0.5 * math.log(2 * math.pi * math.e * flow.sigma(t) ** 2 * dt) if flow.sigma(t) else 0.0
@@ -138,10 +169,12 @@ def sample_chain(
 ) -> FlowChain:
     """Denoise `noise` ([B, chunk, max_action_dim]) with the Flow-SDE's steps."""
     cache, length = prefix_cache(model, inputs)
+    stochastic = flow.draw_stochastic(noise.shape[0], noise.device, generator)
     x, states, log_probs = noise, [noise], []
-    for t in flow.times():
-        mean, std = _transition(flow, x, _velocity(model, inputs, cache, length, x, t), t)
-        if std:
+    for index, t in enumerate(flow.times()):
+        velocity = _velocity(model, inputs, cache, length, x, t)
+        mean, std = _transition(flow, x, velocity, t, stochastic[:, index])
+        if flow.sigma(t):
             step = torch.randn(mean.shape, generator=generator, dtype=mean.dtype,
                                device=mean.device)  # fmt: skip
             x = mean + std * step
@@ -149,39 +182,41 @@ def sample_chain(
             x = mean
         states.append(x)
         log_probs.append(_log_density(x, mean, std, action_dims))
-    return FlowChain(torch.stack(states), torch.stack(log_probs, dim=1))
+    return FlowChain(torch.stack(states), torch.stack(log_probs, dim=1), stochastic)
 
 
 def chain_log_probs(
     model: Any,
     inputs: dict[str, torch.Tensor],
     states: torch.Tensor,
+    stochastic: torch.Tensor,
     flow: FlowSDE,
     action_dims: int,
 ) -> torch.Tensor:
     """Each transition's log-density [B, steps, chunk, env dims] of a stored chain under
-    the model as it is now, with gradients (the update's side of `sample_chain`).
+    the model as it is now, with gradients (the update's side of `sample_chain`);
+    `stochastic` [B, steps] says which steps injected noise.
 
-    The prefix runs once per row; every step's state is known, so the steps' velocities
-    come from one forward of the action expert over B × steps rows (each row's prefix
-    cache repeated once per step) instead of `steps` forwards one after another."""
-    batch, steps = states.shape[1], flow.steps
+    The prefix runs once per row; every step's state is known, so the stochastic steps'
+    velocities come from one forward of the action expert over their (row, step) pairs
+    (each row's prefix cache gathered once per pair) instead of `steps` forwards one
+    after another; a deterministic step's log-density is 0 and needs no velocity."""
+    batch, steps = stochastic.shape
+    rows, at = stochastic.nonzero(as_tuple=True)  # row-major: each row's steps in order
+    log_probs = states.new_zeros(batch, steps, states.shape[2], action_dims)
+    if rows.numel() == 0 or not flow.noise_level:
+        return log_probs
     cache, _ = prefix_cache(model, inputs)
-    cache.batch_repeat_interleave(steps)  # row b's cache at rows b·steps … b·steps + steps-1
-    x = states[:-1].transpose(0, 1).flatten(0, 1)  # the same order: row-major, then step
-    times = torch.tensor(flow.times(), dtype=torch.float32, device=x.device).repeat(batch)
-
-    def each_step(value: torch.Tensor) -> torch.Tensor:
-        return value.repeat_interleave(steps, dim=0)
-
+    cache.batch_select_indices(rows)
+    times = torch.tensor(flow.times(), dtype=states.dtype, device=states.device)[at]
     mask = inputs.get("attention_mask")
     velocity = model(
-        state=each_step(inputs["state"]), noise=x, timestep=times, past_key_values=cache,
-        attention_mask=None if mask is None else each_step(mask),
-        pixel_attention_mask=each_step(inputs["pixel_attention_mask"]),
-    ).logits.view(batch, steps, *x.shape[1:])  # fmt: skip
-    log_probs = []
-    for index, t in enumerate(flow.times()):
-        mean, std = _transition(flow, states[index], velocity[:, index], t)
-        log_probs.append(_log_density(states[index + 1], mean, std, action_dims))
-    return torch.stack(log_probs, dim=1)
+        state=inputs["state"][rows], noise=states[at, rows], timestep=times,
+        past_key_values=cache, attention_mask=None if mask is None else mask[rows],
+        pixel_attention_mask=inputs["pixel_attention_mask"][rows],
+    ).logits  # fmt: skip
+    on = torch.ones_like(times)
+    mean, std = _transition(flow, states[at, rows], velocity, times, on)
+    return log_probs.index_put(
+        (rows, at), _log_density(states[at + 1, rows], mean, std, action_dims)
+    )

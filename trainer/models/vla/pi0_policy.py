@@ -7,12 +7,14 @@ One decision makes a whole chunk (`chunk_size`, 50 for shipped π0s): the prefix
 cut to the env's dims; the plan cache executes the first H of it (H from
 `action_horizons_pattern`), a chunk of `num_action_chunks` actions per env step.
 
-A chunk's log-prob is the sum, over the denoising steps, of the Gaussian log-densities
-of the positions it executes, over the env's action dims. Recomputing it needs the whole
-chain, not only the executed actions (each step's velocity reads every position of the
-previous state), so a plan carries its chain as its *latent* ([steps + 1, chunk_size,
-max_action_dim] flattened): the plan cache and the rollout storage keep it beside the
-plan's observation, and the update reads it back (`plan_latent`).
+A chunk's log-prob is the sum, over the stochastic denoising steps (all of them, or one
+drawn per decision: `FlowSDE.stochastic_steps`), of the Gaussian log-densities of the
+positions it executes, over the env's action dims. Recomputing it needs the whole chain,
+not only the executed actions (each step's velocity reads every position of the previous
+state), so a plan carries its chain as its *latent* ([steps + 1, chunk_size,
+max_action_dim] flattened, then which steps were stochastic [steps]): the plan cache and
+the rollout storage keep it beside the plan's observation, and the update reads it back
+(`plan_latent`).
 
 Each token's (one dim of one action) entropy is that of the noise the steps inject: fixed
 by the noise level and the schedule, so an entropy bonus has nothing to move; the noise
@@ -52,6 +54,7 @@ class Pi0ChunkPolicy(FolderPolicy):
         env_action_dim: int,
         max_horizon: int,
         flow: FlowSDE,
+        step_tokens: bool = False,
     ) -> None:
         super().__init__(model)
         config = model.config
@@ -63,7 +66,7 @@ class Pi0ChunkPolicy(FolderPolicy):
             )
         self.processor = processor
         self.spec = spec
-        self.flow = flow
+        self.flow, self.step_tokens = flow, step_tokens
         # The plan holds the env's actions (un-normalised): the model's dims stay inside.
         self.action_dim = self.env_action_dim = env_action_dim
         self.max_horizon = max_horizon
@@ -71,7 +74,7 @@ class Pi0ChunkPolicy(FolderPolicy):
         self.max_state_dim = config.max_state_dim
         self.width = config.vlm_config.text_config.hidden_size
         self.latent_shape = (flow.steps + 1, self.chunk_size, self.max_dim)
-        self.plan_latent_size = math.prod(self.latent_shape)
+        self.plan_latent_size = math.prod(self.latent_shape) + flow.steps
         self.normaliser = Normaliser.from_processor(processor, spec.proprio_dim, env_action_dim)
         # Every element of the imitation loss, masked by the demos' valid positions.
         config.loss_reduction = "none"
@@ -122,8 +125,15 @@ class Pi0ChunkPolicy(FolderPolicy):
         plan = self.normaliser.actions(chain.actions[:, :steps].float())
         per_action = chain.step_log_probs.float().sum((1, 3))[:, :steps]
         per_chunk = per_action.view(batch, steps // chunk, chunk).sum(-1)
-        latent = chain.states.transpose(0, 1).reshape(batch, self.plan_latent_size)
-        return plan, per_chunk, latent.float()
+        states = chain.states.transpose(0, 1).reshape(batch, -1)
+        return plan, per_chunk, torch.cat([states.float(), chain.stochastic], dim=1)
+
+    def chain_of(self, plan_latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A latent's chain [steps + 1, B, chunk_size, max_action_dim] and which of its
+        steps injected noise [B, steps]."""
+        batch, steps = plan_latent.shape[0], self.flow.steps
+        states = plan_latent[:, :-steps].reshape(batch, *self.latent_shape).transpose(0, 1)
+        return states, plan_latent[:, -steps:]
 
     def sample_plan(
         self,
@@ -146,18 +156,23 @@ class Pi0ChunkPolicy(FolderPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each executed token's log-prob [B, chunk, env dims] (summed over the
         denoising steps), recomputed from the plan's chain with gradients, and its
-        injected noise's entropy."""
+        injected noise's entropy. With `step_tokens` a token is one dim of one executed
+        action at one denoising step [B, steps · chunk, env dims], so the per-token
+        ratio clips each step's Gaussian apart."""
         if plan_latent is None:
             raise ValueError("a π0's log-probs are recomputed from its plan's chain")
-        batch, chunk = chunk_actions.shape[:2]
-        states = plan_latent.view(batch, *self.latent_shape).transpose(0, 1)
-        dims = self.env_action_dim
-        steps = chain_log_probs(self.backbone, self.inputs(plan_obs), states, self.flow, dims)
-        per_action = steps.float().sum(1)  # [B, chunk_size, dims]
+        chunk, dims = chunk_actions.shape[1], self.env_action_dim
+        states, stochastic = self.chain_of(plan_latent)
+        inputs = self.inputs(plan_obs)
+        steps = chain_log_probs(self.backbone, inputs, states, stochastic, self.flow, dims)
         positions = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
-        taken = per_action.gather(1, positions.unsqueeze(-1).expand(-1, -1, dims))
-        entropy = taken.new_full(taken.shape, sum(step_entropy(self.flow)))
-        return taken, entropy
+        where = positions.view(-1, 1, chunk, 1).expand(-1, self.flow.steps, -1, dims)
+        taken = steps.float().gather(2, where)  # [B, steps, chunk, dims]
+        noise = stochastic * stochastic.new_tensor(step_entropy(self.flow))  # [B, steps]
+        entropy = noise.view(*noise.shape, 1, 1).expand_as(taken)
+        if self.step_tokens:
+            return taken.flatten(1, 2), entropy.flatten(1, 2)
+        return taken.sum(1), entropy.sum(1)
 
     def chunk_log_prob(
         self,
