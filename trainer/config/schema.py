@@ -297,8 +297,8 @@ class FlowConfig(Section):
         description="π0: which denoising steps inject noise in rollouts. all: every step, "
         "a chunk's log-prob the whole chain's. one: each decision draws one step, the "
         "others follow the ODE, the log-prob is that step's (πRL's hybrid ODE-SDE "
-        "sampling): the executed actions stay nearer the deterministic plan evaluation "
-        "runs, and the update evaluates one velocity per row instead of `steps`.",
+        "sampling): the executed chunk carries one step's noise, and the update evaluates "
+        "one velocity per row instead of `steps`.",
     )
     step_tokens: bool = Field(
         False,

@@ -19,9 +19,8 @@ Which steps are stochastic (`stochastic_steps`): ``all`` makes every step a Gaus
 transition and a chunk's log-prob the joint chain's; ``one`` draws, for each decision, one
 step to be stochastic while the others follow the ODE, and the log-prob is that step's
 (πRL's hybrid ODE-SDE sampling, after MixGRPO, arXiv 2507.21802). With ``one`` the
-executed actions carry one step's noise instead of every step's, so the sampled policy
-stays near the deterministic one evaluation runs, and the update evaluates one velocity
-per row instead of `steps`. The ODE steps are deterministic in the parameters of the
+executed actions carry one step's noise instead of every step's, and the update evaluates
+one velocity per row instead of `steps`. The ODE steps are deterministic in the parameters of the
 moment: the ratio is the stochastic step's, exact as the joint chain's is, and neither
 differentiates through how later steps move the chunk (each step reads its stored state).
 
