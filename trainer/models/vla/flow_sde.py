@@ -64,8 +64,9 @@ class FlowSDE:
         """Which steps of each row's chain inject noise [B, steps] (1 or 0)."""
         if self.stochastic_steps == "all":
             return torch.ones(batch, self.steps, device=device)
-        step = torch.randint(self.steps, (batch,), generator=generator,
-                             device=generator.device if generator else "cpu")  # fmt: skip
+        # Drawn where the generator lives (a seeded CPU generator serves a GPU's rows).
+        where = generator.device if generator is not None else device
+        step = torch.randint(self.steps, (batch,), generator=generator, device=where)
         return F.one_hot(step.to(device), self.steps).float()
 
     def times(self) -> list[float]:
