@@ -10,6 +10,10 @@
   surrogate, backward, gradient clip, Adam step) against a bare loop over the same
   denoising chains: processed inputs, the prefix once, each step's velocity with
   gradients, a loss over them, backward, AdamW. Target >= 0.85.
+- ``pi0_ppo_update``: samples/s of our PPO update with its critic on the prefix's
+  features (`Pi0ValueHead`) taking them from the log-prob pass, against the same update
+  with the critic running the prefix again (`shares_prefix` off: what it did before). The
+  rows are all at a decision, as three in four of the example's are. Target >= 1.25.
 
 The models are random π0s written by the trainer's tiny-π0 builder at the size asked:
 `tiny` (width 64, expert 32, 2 layers, 32-pixel images) or `small` (width 256, expert
@@ -31,13 +35,14 @@ import torch
 
 from bench.gpu import median_pair
 from bench.vla_common import BF16_PEAK_TFLOPS, bare_model, report, training_rows
-from trainer.algorithms import GRPO, OnPolicySettings
+from trainer.algorithms import GRPO, PPO, OnPolicySettings
 from trainer.config.schema import FlowConfig, LoraConfig, ModelConfig
 from trainer.devices import autocast
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.models.vla import build_vla_policy
 from trainer.models.vla.flow_sde import prefix_cache
 from trainer.models.vla.pi0 import build_full_size_pi0, build_tiny_pi0
+from trainer.models.vla.value_head import Pi0ValueHead
 
 SIZES = {  # width, expert width, layers, image size (None: PI0Config()'s defaults)
     "tiny": (64, 32, 2, 32),
@@ -97,6 +102,17 @@ def run(args: argparse.Namespace, device: torch.device, precision: str) -> int:
         report("pi0_update", args.batch / ours_s, args.batch / bare_s, "samples/s", 0.85, name)
         if device.type == "cuda":
             report_mfu(policy, args.batch, ours_s, name, device)
+        ppo = PPO(policy, Pi0ValueHead(policy, (64,)), settings, chunk=CHUNK,
+                  generator=torch.Generator(), device=device, precision=precision)  # fmt: skip
+
+        def ppo_update(share: bool) -> None:
+            policy.shares_prefix = share
+            ppo.update_rows(dict(rows))
+
+        ours_s, bare_s = median_pair(
+            lambda: ppo_update(True), lambda: ppo_update(False), device, args.repeats
+        )
+        report("pi0_ppo_update", args.batch / ours_s, args.batch / bare_s, "samples/s", 1.25, name)
     return 0
 
 

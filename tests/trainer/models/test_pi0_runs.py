@@ -18,7 +18,7 @@ from trainer.config.loading import load_config
 from trainer.envs.builtin_reach import BuiltinReachEnv
 from trainer.models.card import model_card
 from trainer.models.vla import Pi0ChunkPolicy, write_tiny_once
-from trainer.runner.build import build_policy
+from trainer.runner.build import build_critic, build_policy
 from trainer.runner.checkpoints import latest_checkpoint, load_checkpoint
 from trainer.runner.on_policy_runner import OnPolicyRunner
 
@@ -172,6 +172,57 @@ def test_sft_fits_the_demos_statistics_and_grpo_and_ppo_start_from_its_checkpoin
     assert np.isfinite(row["losses/value_loss"]) and np.isfinite(row["losses/policy_loss"])
     saved = load_checkpoint(latest_checkpoint(tmp_path / "ppo/checkpoints"))["algorithm"]
     assert set(saved["critic"]) == set(critic.state_dict())
+
+
+def test_ppos_critic_reads_the_prefix_the_log_prob_pass_ran(tiny, tmp_path):
+    """The update's value loss takes the prefix features of the log-prob pass just run for
+    every row whose observation is its plan's; the other rows' prefix runs for them
+    alone. Values and gradients are those of a critic running its own prefix."""
+    config = pi0_config(tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1",
+                        *NOT_GRPO, "critic.hidden_sizes=[16]")  # fmt: skip
+    policy, obs = policy_and_obs(config)
+    critic = build_critic(config, policy, obs.shape[1:])
+    assert policy.shares_prefix
+    horizons = torch.tensor([5, 10] * 3)
+    torch.manual_seed(0)
+    plan, _, latent = policy.sample_plan_with_latent(obs, horizons, steps=10, chunk=5)
+    offsets = torch.tensor([0, 5, 0, 0, 0, 5])
+    later = BuiltinReachEnv(6, vision_language=True, image_size=IMAGE)
+    later.reset(0, later.init_states(0)[:6])
+    step_obs = torch.where((offsets > 0).view(-1, 1), later.step(plan[:, :5]).obs, obs)
+    chunk = torch.stack([plan[row, o : o + 5] for row, o in enumerate(offsets.tolist())])
+    prefixes: list[int] = []  # the rows of each prefix forward
+    policy.backbone.model.vlm.register_forward_pre_hook(
+        lambda module, args, kwargs: prefixes.append(kwargs["inputs_embeds"].shape[0]),
+        with_kwargs=True,
+    )
+
+    def losses(share: bool):
+        policy.zero_grad()
+        critic.zero_grad()
+        prefixes.clear()
+        tokens, _ = policy.token_log_probs(obs, horizons, offsets, chunk, latent)
+        if not share:
+            policy._shared.rows = None
+        values = critic(step_obs, horizons, offsets)
+        (tokens.sum() + values.square().sum()).backward()
+        grads = {name: p.grad.clone() for name, p in policy.named_parameters()
+                 if p.grad is not None}  # fmt: skip
+        return values.detach(), grads, list(prefixes)
+
+    shared_values, shared_grads, shared_prefixes = losses(share=True)
+    own_values, own_grads, own_prefixes = losses(share=False)
+    assert shared_prefixes == [6, 2] and own_prefixes == [6, 6]  # two rows past a decision
+    torch.testing.assert_close(shared_values, own_values, atol=1e-5, rtol=1e-5)
+    assert shared_grads.keys() == own_grads.keys() and shared_grads
+    for name, grad in shared_grads.items():
+        torch.testing.assert_close(grad, own_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    # After a pass in another grad mode, every row runs its own prefix.
+    with torch.no_grad():
+        policy.token_log_probs(obs, horizons, offsets, chunk, latent)
+    prefixes.clear()
+    critic(obs, horizons, offsets)
+    assert prefixes == [6]
 
 
 def test_a_horizon_past_the_chunk_is_a_config_error(tiny, tmp_path):

@@ -99,18 +99,24 @@ class FlowChain:
         return self.step_log_probs.sum((2, 3))
 
 
-def prefix_cache(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[Any, int]:
-    """The prefix's (images, instruction) KV cache, computed once per decision as
-    `sample_actions` does, and its length."""
+def prefix_forward(model: Any, inputs: dict[str, torch.Tensor], use_cache: bool = True) -> Any:
+    """The prefix's (images, instruction) forward through the PaliGemma: its last hidden
+    states and, with `use_cache`, its KV cache."""
     attention_mask = inputs.get("attention_mask")
     position_ids = attention_mask.cumsum(-1) - 1 if attention_mask is not None else None
     embeds = model.model.embed_prefix(
         inputs["input_ids"], inputs["pixel_values"], inputs["pixel_attention_mask"]
     )
-    cache = model.model.vlm(
+    return model.model.vlm(
         inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
-        token_type_ids=torch.zeros_like(embeds)[:, :, 0], use_cache=True, return_dict=True,
-    ).past_key_values  # fmt: skip
+        token_type_ids=torch.zeros_like(embeds)[:, :, 0], use_cache=use_cache, return_dict=True,
+    )  # fmt: skip
+
+
+def prefix_cache(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[Any, int]:
+    """The prefix's KV cache, computed once per decision as `sample_actions` does, and
+    its length."""
+    cache = prefix_forward(model, inputs).past_key_values
     return cache, cache.get_seq_length()
 
 
@@ -192,10 +198,12 @@ def chain_log_probs(
     stochastic: torch.Tensor,
     flow: FlowSDE,
     action_dims: int,
+    prefix: Any = None,
 ) -> torch.Tensor:
     """Each transition's log-density [B, steps, chunk, env dims] of a stored chain under
     the model as it is now, with gradients (the update's side of `sample_chain`);
-    `stochastic` [B, steps] says which steps injected noise.
+    `stochastic` [B, steps] says which steps injected noise; `prefix`: the rows'
+    `prefix_forward`, when the caller has it already.
 
     The prefix runs once per row; every step's state is known, so the stochastic steps'
     velocities come from one forward of the action expert over their (row, step) pairs
@@ -206,7 +214,7 @@ def chain_log_probs(
     log_probs = states.new_zeros(batch, steps, states.shape[2], action_dims)
     if rows.numel() == 0 or not flow.noise_level:
         return log_probs
-    cache, _ = prefix_cache(model, inputs)
+    cache = (prefix if prefix is not None else prefix_forward(model, inputs)).past_key_values
     cache.batch_select_indices(rows)
     times = torch.tensor(flow.times(), dtype=states.dtype, device=states.device)[at]
     mask = inputs.get("attention_mask")

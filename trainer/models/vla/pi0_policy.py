@@ -24,6 +24,12 @@ chunk inside its episode.
 
 The normalisation statistics are part of the policy's state (`get_extra_state`): a
 checkpoint carries those its weights learnt with.
+
+A critic on the prefix's features (`Pi0ValueHead`) asks for them right after the update
+has recomputed the same rows' log-probs: with `shares_prefix`, that prefix forward keeps
+its pooled features for the critic's next call, which takes them for every row whose
+observation is its plan's (the rows at a decision, most of them), so the update runs the
+prefix about once per row, not twice.
 """
 
 from __future__ import annotations
@@ -38,9 +44,33 @@ from torch import nn
 
 from trainer.envs.vision_language import VisionLanguageSpec
 from trainer.models.interface import check_action_dims
-from trainer.models.vla.flow_sde import FlowSDE, chain_log_probs, sample_chain, step_entropy
+from trainer.models.vla.flow_sde import (
+    FlowSDE,
+    chain_log_probs,
+    prefix_forward,
+    sample_chain,
+    step_entropy,
+)
 from trainer.models.vla.folder_policy import FolderPolicy
 from trainer.models.vla.pi0_inputs import Normaliser, observation_inputs
+
+
+class _SharedPrefix:
+    """The last log-prob pass's plan observations and their prefix features, kept for one
+    critic call. A copy of the policy (the reference policy, an acting copy) starts
+    without them: they hang on the update's graph."""
+
+    def __init__(self) -> None:
+        self.rows: tuple[torch.Tensor, bool, torch.Tensor] | None = None
+
+    def __deepcopy__(self, memo: dict) -> _SharedPrefix:
+        return _SharedPrefix()
+
+
+def _pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Hidden states [B, T, width] averaged over the real tokens of `mask` [B, T]."""
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1)
 
 
 class Pi0ChunkPolicy(FolderPolicy):
@@ -78,6 +108,8 @@ class Pi0ChunkPolicy(FolderPolicy):
         self.normaliser = Normaliser.from_processor(processor, spec.proprio_dim, env_action_dim)
         # Every element of the imitation loss, masked by the demos' valid positions.
         config.loss_reduction = "none"
+        self.shares_prefix = False  # set by a critic that reads `prefix_features`
+        self._shared = _SharedPrefix()
         self.train()
 
     # ----- the normalisation statistics travel with the weights ------------------------
@@ -164,7 +196,14 @@ class Pi0ChunkPolicy(FolderPolicy):
         chunk, dims = chunk_actions.shape[1], self.env_action_dim
         states, stochastic = self.chain_of(plan_latent)
         inputs = self.inputs(plan_obs)
-        steps = chain_log_probs(self.backbone, inputs, states, stochastic, self.flow, dims)
+        prefix = None
+        if self.shares_prefix:
+            prefix = prefix_forward(self.backbone, inputs)
+            features = _pooled(prefix.last_hidden_state, inputs["attention_mask"])
+            self._shared.rows = (plan_obs, torch.is_grad_enabled(), features)
+        steps = chain_log_probs(
+            self.backbone, inputs, states, stochastic, self.flow, dims, prefix=prefix
+        )
         positions = offsets.long().unsqueeze(1) + torch.arange(chunk, device=offsets.device)
         where = positions.view(-1, 1, chunk, 1).expand(-1, self.flow.steps, -1, dims)
         taken = steps.float().gather(2, where)  # [B, steps, chunk, dims]
@@ -202,16 +241,19 @@ class Pi0ChunkPolicy(FolderPolicy):
 
     def prefix_features(self, obs: torch.Tensor) -> torch.Tensor:
         """The prefix's last hidden states averaged over its real tokens [B, width]: what
-        the critic reads."""
+        the critic reads. A row whose observation is the one the last log-prob pass
+        read for it, in the same grad mode (`shares_prefix`), takes that pass's features:
+        the same forward, and one graph for both losses."""
+        shared, self._shared.rows = self._shared.rows, None
+        if shared is None or shared[1] != torch.is_grad_enabled() or shared[0].shape != obs.shape:
+            return self._prefix_features(obs)
+        plan_obs, _, features = shared
+        fresh = (plan_obs != obs).flatten(1).any(1).nonzero().squeeze(1)
+        if fresh.numel() == 0:
+            return features
+        return features.index_put((fresh,), self._prefix_features(obs[fresh]).to(features.dtype))
+
+    def _prefix_features(self, obs: torch.Tensor) -> torch.Tensor:
         inputs = self.inputs(obs)
-        mask = inputs["attention_mask"]
-        model = self.backbone.model
-        embeds = model.embed_prefix(
-            inputs["input_ids"], inputs["pixel_values"], inputs["pixel_attention_mask"]
-        )
-        hidden = model.vlm(
-            inputs_embeds=embeds, attention_mask=mask, position_ids=mask.cumsum(-1) - 1,
-            token_type_ids=torch.zeros_like(mask), use_cache=False, return_dict=True,
-        ).last_hidden_state  # fmt: skip
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * weights).sum(1) / weights.sum(1)
+        hidden = prefix_forward(self.backbone, inputs, use_cache=False).last_hidden_state
+        return _pooled(hidden, inputs["attention_mask"])

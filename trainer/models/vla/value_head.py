@@ -68,6 +68,7 @@ class Pi0ValueHead(nn.Module):
     def __init__(self, policy: Pi0ChunkPolicy, hidden_sizes: tuple[int, ...] = ()) -> None:
         super().__init__()
         self._policy = (policy,)  # held outside the module tree, as VLAValueHead's
+        policy.shares_prefix = True  # the update's log-prob pass keeps the features
         self.head = mlp(policy.width, hidden_sizes, 1)
         self.horizon_embedding = nn.Embedding(policy.max_horizon + 1, policy.width)
         self.offset_embedding = nn.Embedding(policy.max_horizon, policy.width)
