@@ -451,10 +451,13 @@ def diagnostics(step: int) -> dict[str, float]:
     }
     for dim in range(7):
         values[f"policy/entropy_dim{dim}"] = 5.0 - 0.1 * step - 0.2 * dim
+    for denoising_step in range(4):  # a π0's, with a token per denoising step
+        values[f"losses/approx_kl_step{denoising_step}"] = 0.001 * step * (denoising_step + 1)
+        values[f"losses/clip_fraction_step{denoising_step}"] = 0.01 * step + 0.1 * denoising_step
     return values
 
 
-def test_a_token_ratio_run_charts_clips_kl_log_ratios_entropy_per_dim_and_informative_groups(
+def test_a_token_ratio_run_charts_clips_kl_log_ratios_entropy_per_dim_steps_and_groups(
     page,
 ):
     plain = make_run("plain")
@@ -464,7 +467,7 @@ def test_a_token_ratio_run_charts_clips_kl_log_ratios_entropy_per_dim_and_inform
     page.goto(f"{page.web.url}/runs/{plain.pk}/")
     wait_drawn(page, "clip", lambda d: d["clip fraction"]["x"] == [1, 2], "the plain run")
     assert sorted(drawn(page, "clip")) == ["clip fraction"]  # no sides it never reported
-    for chart in ("entropy_dims", "log_ratio", "informative_groups"):
+    for chart in ("entropy_dims", "log_ratio", "informative_groups", "kl_steps", "clip_steps"):
         expect(page.locator(f'figure[data-chart="{chart}"]')).to_be_hidden()
     feeder.finish()
 
@@ -490,7 +493,11 @@ def test_a_token_ratio_run_charts_clips_kl_log_ratios_entropy_per_dim_and_inform
     assert entropy["dim 6"]["y"] == pytest.approx([3.7, 3.6, 3.5])
     informative = drawn(page, "informative_groups")
     assert informative["informative share"]["y"] == [0.25, 0.5, 0.75]
-    for chart in ("entropy_dims", "log_ratio", "informative_groups"):
+    kl_steps, clip_steps = drawn(page, "kl_steps"), drawn(page, "clip_steps")
+    assert list(kl_steps) == list(clip_steps) == [f"step {k}" for k in range(4)]
+    assert kl_steps["step 3"]["y"] == pytest.approx([0.004, 0.008, 0.012])
+    assert clip_steps["step 1"]["y"] == pytest.approx([0.11, 0.12, 0.13])
+    for chart in ("entropy_dims", "log_ratio", "informative_groups", "kl_steps", "clip_steps"):
         expect(page.locator(f'figure[data-chart="{chart}"]')).to_be_visible()
     page.screenshot(path=str(page.web.log_dir / "token-ratio.png"), full_page=True)
     feeder.finish()

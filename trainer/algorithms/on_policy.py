@@ -24,7 +24,7 @@ from trainer.algorithms.collective import Collective
 from trainer.algorithms.decision_graph import GraphedDecisions, graphable
 from trainer.algorithms.gradient_buckets import DEFAULT_CAP_BYTES, GradientBuckets
 from trainer.algorithms.step_graph import GraphedSteps
-from trainer.algorithms.trust_region import ClipRange, clipped_surrogate, k3
+from trainer.algorithms.trust_region import ClipRange, clipped_surrogate, k3, per_step_statistics
 from trainer.data.rollout_storage import (
     PER_COPY,
     PackedRows,
@@ -176,6 +176,9 @@ class OnPolicyAlgorithm(ABC):
         self.critic = critic.to(self.device) if critic is not None else None
         self.settings = settings
         self.chunk = chunk
+        # The steps a row's tokens are laid out over (a π0's `step_tokens`: a token per
+        # denoising step), each with its own KL and clip fraction; 1 for other policies.
+        self.token_steps: int = getattr(policy, "token_steps", 1)
         # A CPU generator on every device: shuffles and seeds are the same draws on a
         # GPU as on the CPU, and only indices cross to the device.
         self.generator = generator
@@ -544,6 +547,7 @@ class OnPolicyAlgorithm(ABC):
             if s.ratio == "token":
                 per_row["losses/approx_kl_token"] = k3(token_log_ratio).mean((1, 2))
                 per_row["losses/abs_log_ratio_token"] = token_log_ratio.abs().mean((1, 2))
+                per_row.update(per_step_statistics(token_log_ratio, self.token_steps, clip))
             # Each action dim's token entropy, over the chunk's steps: which dims the
             # update sharpens and which it spreads over the bins.
             per_dim = token_entropy.detach().float().mean(1)

@@ -81,5 +81,25 @@ def k3(log_ratio: torch.Tensor) -> torch.Tensor:
     return bounded.exp() - 1 - bounded
 
 
+def per_step_statistics(
+    token_log_ratio: torch.Tensor, steps: int, clip: ClipRange
+) -> dict[str, torch.Tensor]:
+    """Each row's KL (k3) and clip fraction at each of `steps` steps [N] of tokens laid
+    out step-major ``[N, steps · chunk, dims]`` (a π0's token per denoising step), as
+    ``losses/approx_kl_step{k}`` and ``losses/clip_fraction_step{k}``; none for one
+    step. A step that injected no noise in a row (one stochastic step per decision)
+    counts 0 for it."""
+    if steps <= 1:
+        return {}
+    low, high = clip.log_bounds(1)
+    statistics = {}
+    for step, ratio in enumerate(token_log_ratio.unflatten(1, (steps, -1)).unbind(1)):
+        statistics[f"losses/approx_kl_step{step}"] = _row_means(k3(ratio))
+        statistics[f"losses/clip_fraction_step{step}"] = _row_means(
+            ((ratio < low) | (ratio > high)).float()
+        )
+    return statistics
+
+
 def _row_means(values: torch.Tensor) -> torch.Tensor:
     return values.flatten(1).mean(1)

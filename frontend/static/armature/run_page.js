@@ -53,15 +53,19 @@
   // Lines of metrics only some runs report (a per-token ratio's, a KL anchor's): drawn
   // once the run has them.
   const reported = (...lines) => lines.filter((l) => store.keys.has(l.key));
-  const ENTROPY_DIM_KEY = /^policy\/entropy_dim(\d+)$/;
-  function entropyDims() {
-    const dims = [];
+  // The indices the run reports a family of metrics at (`prefix{i}`), ascending: each
+  // action dim's entropy, each denoising step's KL and clip fraction.
+  function indices(prefix) {
+    const found = [];
     for (const key of store.keys.keys()) {
-      const m = ENTROPY_DIM_KEY.exec(key);
-      if (m) dims.push(Number(m[1]));
+      if (key.startsWith(prefix) && /^\d+$/.test(key.slice(prefix.length))) {
+        found.push(Number(key.slice(prefix.length)));
+      }
     }
-    return dims.sort((a, b) => a - b);
+    return found.sort((a, b) => a - b);
   }
+  const indexedLines = (prefix, label) =>
+    indices(prefix).map((i, n) => line(`${prefix}${i}`, `${label} ${i}`, n));
   const SPECS = [
     { name: "success_horizon", title: "Success rate per planning horizon", yRange: [0, 1],
       linesFor: () => horizons().map((h, i) => line(`rollout/plan_success_rate_h${h}`, `h${h}`, i)) },
@@ -89,8 +93,15 @@
       shown: () => store.keys.has("losses/abs_log_ratio_token"),
       linesFor: () => reported(line("losses/abs_log_ratio_token", "|log r| per token", 2)) },
     { name: "entropy_dims", title: "Token entropy per action dim (nats)",
-      shown: () => entropyDims().length > 0,
-      linesFor: () => entropyDims().map((d, i) => line(`policy/entropy_dim${d}`, `dim ${d}`, i)) },
+      shown: () => indices("policy/entropy_dim").length > 0,
+      linesFor: () => indexedLines("policy/entropy_dim", "dim") },
+    // A π0 with a token per denoising step (`flow.step_tokens`): the trust region per step.
+    { name: "kl_steps", title: "Approximate KL per denoising step",
+      shown: () => indices("losses/approx_kl_step").length > 0,
+      linesFor: () => indexedLines("losses/approx_kl_step", "step") },
+    { name: "clip_steps", title: "Clip fraction per denoising step",
+      shown: () => indices("losses/clip_fraction_step").length > 0,
+      linesFor: () => indexedLines("losses/clip_fraction_step", "step") },
     { name: "informative_groups", title: "Informative groups (outcomes differ) / all groups",
       yRange: [0, 1], shown: () => store.keys.has("rollout/informative_group_share"),
       linesFor: () => reported(line("rollout/informative_group_share", "informative share", 5)) },

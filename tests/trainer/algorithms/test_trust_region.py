@@ -10,7 +10,12 @@ import torch
 from tests.trainer.algorithms.test_policy_update import _setup
 from trainer.algorithms import GRPO
 from trainer.algorithms.on_policy import CHUNK_INPUTS, recompute_token_log_probs
-from trainer.algorithms.trust_region import ClipRange, clipped_surrogate, k3
+from trainer.algorithms.trust_region import (
+    ClipRange,
+    clipped_surrogate,
+    k3,
+    per_step_statistics,
+)
 
 torch.set_num_threads(1)
 
@@ -154,6 +159,23 @@ def test_k3_is_r_minus_one_minus_log_r_and_never_negative():
     torch.testing.assert_close(k3(log_ratio), expected)
     assert (k3(torch.linspace(-30, 30, 101)) >= 0).all()
     assert torch.isfinite(k3(torch.tensor([1e4]))).all()  # bounded before exp
+
+
+def test_tokens_laid_out_per_step_report_each_steps_kl_and_clip_fraction():
+    """[rows, steps · chunk, dims] step-major: step 1 of row 0 moved past the clip in
+    half its tokens, everything else stayed at ratio 1."""
+    log_ratio = torch.zeros(2, 3 * 4, 2)  # 2 rows, 3 steps of a 4-action chunk, 2 dims
+    log_ratio[0, 4:8, 0] = 0.5  # row 0, step 1, dim 0: beyond log(1.2)
+    clip = ClipRange(0.2, 0.2)
+    statistics = per_step_statistics(log_ratio, 3, clip)
+    assert sorted(statistics) == sorted(f"losses/{name}_step{k}" for k in range(3)
+                                        for name in ("approx_kl", "clip_fraction"))  # fmt: skip
+    assert statistics["losses/clip_fraction_step1"].tolist() == [0.5, 0.0]
+    assert statistics["losses/clip_fraction_step0"].tolist() == [0.0, 0.0]
+    kl = statistics["losses/approx_kl_step1"]
+    torch.testing.assert_close(kl, torch.tensor([0.5 * k3(torch.tensor(0.5)).item(), 0.0]))
+    assert statistics["losses/approx_kl_step2"].tolist() == [0.0, 0.0]
+    assert per_step_statistics(log_ratio, 1, clip) == {}
 
 
 def test_a_masked_row_whose_chunk_ratio_overflows_leaves_the_loss_finite():

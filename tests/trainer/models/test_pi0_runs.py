@@ -126,6 +126,14 @@ def test_the_update_recomputes_the_rollouts_log_probs_through_the_storage(tiny, 
     [row] = runner.learn()
     assert row["losses/approx_kl_chunk"] < 1e-8 and row["losses/approx_kl_token"] < 1e-8
     assert np.isfinite(row["losses/policy_loss"]) and row["losses/updates"] == 1
+    # A token per denoising step: each step's KL and clip fraction apart.
+    per_step = sorted(key for key in row if key.startswith("losses/") and "_step" in key)
+    if flow == ["actor.model.flow.step_tokens=true"]:
+        assert per_step == sorted(f"losses/{name}_step{k}" for k in range(4)
+                                  for name in ("approx_kl", "clip_fraction"))  # fmt: skip
+        assert all(row[key] < 1e-8 for key in per_step)
+    else:
+        assert per_step == []
     after = dict(runner.algorithm.policy.named_parameters())
     changed = [n for n, p in after.items() if not torch.equal(p.detach(), before[n])]
     assert any(".dit." in n for n in changed) and any(".vlm." in n for n in changed)

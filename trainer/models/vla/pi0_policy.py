@@ -97,6 +97,7 @@ class Pi0ChunkPolicy(FolderPolicy):
         self.processor = processor
         self.spec = spec
         self.flow, self.step_tokens = flow, step_tokens
+        self.token_steps = flow.steps if step_tokens else 1  # the update's per-step statistics
         # The plan holds the env's actions (un-normalised): the model's dims stay inside.
         self.action_dim = self.env_action_dim = env_action_dim
         self.max_horizon = max_horizon
