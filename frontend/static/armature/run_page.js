@@ -18,7 +18,6 @@
   const { RunSeries, MetricChart, PALETTE, DASHES, formatNumber, formatDuration, throttled } = ArmatureCharts;
 
   const SUCCESS = "rollout/success_rate";
-  const HORIZON_KEY = /^rollout\/plan_success_rate_h(\d+)$/;
   const TASK_KEY = /^rollout\/success_rate_task_/;
   const OFF_POLICY = context.algorithm === "rlpd";
   const PATTERNS = OFF_POLICY ? [
@@ -41,20 +40,14 @@
   let store = new RunSeries(context.run, PATTERNS, view.xMode);
 
   // ----- charts ----------------------------------------------------------------------
-  function horizons() {
-    const found = new Set(context.horizons);
-    for (const key of store.keys.keys()) {
-      const m = HORIZON_KEY.exec(key);
-      if (m) found.add(Number(m[1]));
-    }
-    return [...found].sort((a, b) => a - b);
-  }
+  const horizons = () =>
+    [...new Set([...context.horizons, ...indices("rollout/plan_success_rate_h")])].sort((a, b) => a - b);
   const line = (key, label, i, extra = {}) => ({ store, key, label, color: PALETTE[i % PALETTE.length], dash: [], ...extra });
   // Lines of metrics only some runs report (a per-token ratio's, a KL anchor's): drawn
   // once the run has them.
   const reported = (...lines) => lines.filter((l) => store.keys.has(l.key));
-  // The indices the run reports a family of metrics at (`prefix{i}`), ascending: each
-  // action dim's entropy, each denoising step's KL and clip fraction.
+  // The indices the run reports a family of metrics at (`prefix{i}`), ascending: its
+  // horizons' success, each action dim's entropy, each denoising step's KL and clips.
   function indices(prefix) {
     const found = [];
     for (const key of store.keys.keys()) {
@@ -64,8 +57,10 @@
     }
     return found.sort((a, b) => a - b);
   }
-  const indexedLines = (prefix, label) =>
-    indices(prefix).map((i, n) => line(`${prefix}${i}`, `${label} ${i}`, n));
+  // A chart of one line per index the run reports (`prefix{i}`), shown once it has one.
+  const indexedChart = (name, title, prefix, label) => ({ name, title,
+    shown: () => indices(prefix).length > 0,
+    linesFor: () => indices(prefix).map((i, n) => line(`${prefix}${i}`, `${label} ${i}`, n)) });
   const SPECS = [
     { name: "success_horizon", title: "Success rate per planning horizon", yRange: [0, 1],
       linesFor: () => horizons().map((h, i) => line(`rollout/plan_success_rate_h${h}`, `h${h}`, i)) },
@@ -92,16 +87,10 @@
     { name: "log_ratio", title: "Mean |log-ratio| per token",
       shown: () => store.keys.has("losses/abs_log_ratio_token"),
       linesFor: () => reported(line("losses/abs_log_ratio_token", "|log r| per token", 2)) },
-    { name: "entropy_dims", title: "Token entropy per action dim (nats)",
-      shown: () => indices("policy/entropy_dim").length > 0,
-      linesFor: () => indexedLines("policy/entropy_dim", "dim") },
+    indexedChart("entropy_dims", "Token entropy per action dim (nats)", "policy/entropy_dim", "dim"),
     // A π0 with a token per denoising step (`flow.step_tokens`): the trust region per step.
-    { name: "kl_steps", title: "Approximate KL per denoising step",
-      shown: () => indices("losses/approx_kl_step").length > 0,
-      linesFor: () => indexedLines("losses/approx_kl_step", "step") },
-    { name: "clip_steps", title: "Clip fraction per denoising step",
-      shown: () => indices("losses/clip_fraction_step").length > 0,
-      linesFor: () => indexedLines("losses/clip_fraction_step", "step") },
+    indexedChart("kl_steps", "Approximate KL per denoising step", "losses/approx_kl_step", "step"),
+    indexedChart("clip_steps", "Clip fraction per denoising step", "losses/clip_fraction_step", "step"),
     { name: "informative_groups", title: "Informative groups (outcomes differ) / all groups",
       yRange: [0, 1], shown: () => store.keys.has("rollout/informative_group_share"),
       linesFor: () => reported(line("rollout/informative_group_share", "informative share", 5)) },
