@@ -34,7 +34,7 @@ from trainer.data.rollout_storage import (
 )
 from trainer.devices import HostToDevice, autocast, to_device_async
 from trainer.envs.vector_env import EnvStep
-from trainer.models.critic import optimizer_state_with_plan_inputs
+from trainer.models.critic import optimizer_state_with_plan_inputs, split_optimizer_group
 from trainer.models.plan_cache import ChunkDraw, PlanCache, SpareCaches, decide
 from trainer.models.policy import GaussianChunkPolicy
 from trainer.models.trained_state import load_policy_checkpoint, policy_checkpoint
@@ -58,6 +58,8 @@ class OnPolicySettings:
     update_epochs: int = 4
     num_minibatches: int = 4
     learning_rate: float = 3e-4
+    # The critic's own parameters' step size; None: `learning_rate`.
+    critic_learning_rate: float | None = None
     max_grad_norm: float = 1.0
     # None: the algorithm's own default (PPO normalises its GAE advantages; GRPO and
     # RLOO do not, theirs are already relative to their group).
@@ -214,14 +216,17 @@ class OnPolicyAlgorithm(ABC):
         self.sharded = False
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        params += list(self.critic.parameters()) if self.critic is not None else []
+        policy_lr, critic_lr = self._base_learning_rates()
+        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad]}]
+        groups[0]["lr"] = policy_lr
+        if self.critic is not None:  # its own group, last: see _saved_optimizer_state
+            groups.append({"params": list(self.critic.parameters()), "lr": critic_lr})
         # Fused on every device: one kernel per step (on the CPU a quarter of the
         # multi-tensor loop's time), and the only Adam that can be told on the device to
         # skip a step (`found_inf`, see _minibatch_step); capturable (its step count on
         # the device) where a graph replays it.
         return torch.optim.Adam(
-            params, lr=self.settings.learning_rate, fused=True,
+            groups, fused=True,
             capturable=self.step_graphs is not None and self.step_graphs.capture,
         )  # fmt: skip
 
@@ -233,9 +238,17 @@ class OnPolicyAlgorithm(ABC):
         self.optimizer_steps += 1
         if warmup:
             scale = min(1.0, self.optimizer_steps / warmup)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.settings.learning_rate * scale
+            for group, lr in zip(
+                self.optimizer.param_groups, self._base_learning_rates(), strict=False
+            ):
+                group["lr"] = lr * scale
         self.optimizer.step()
+
+    def _base_learning_rates(self) -> list[float]:
+        """The step size of each optimizer group: the policy's, then the critic's."""
+        s = self.settings
+        critic = s.learning_rate if s.critic_learning_rate is None else s.critic_learning_rate
+        return [s.learning_rate, critic]
 
     def shard(self) -> None:
         """`actor.strategy: fsdp`: shard the policy and critic over the collective's
@@ -722,10 +735,15 @@ class OnPolicyAlgorithm(ABC):
 
     def _saved_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The saved optimizer state, fitted to a critic that has gained its plan inputs
-        since (a checkpoint from before them: the critic loads them at zero)."""
+        since (a checkpoint from before them: the critic loads them at zero), and to the
+        critic's own group (a checkpoint from before it held one group for both)."""
         if self.critic is None:
             return state["optimizer"]
-        return optimizer_state_with_plan_inputs(self.critic, state["critic"], state["optimizer"])
+        saved = state["optimizer"]
+        if len(saved["param_groups"]) == 1:
+            policy = len(self.optimizer.param_groups[0]["params"])
+            saved = split_optimizer_group(saved, policy, self._base_learning_rates()[1])
+        return optimizer_state_with_plan_inputs(self.critic, state["critic"], saved)
 
     def _models(self) -> nn.ModuleDict:
         """The policy and critic under one module: their checkpoint names."""

@@ -404,7 +404,9 @@ class ModelConfig(Section):
 
 class ActorConfig(Section):
     model: ModelConfig = ModelConfig()
-    learning_rate: float = Field(1e-3, gt=0, description="Adam step size (actor and critic).")
+    learning_rate: float = Field(
+        1e-3, gt=0, description="Adam step size (actor, and critic unless critic.learning_rate)."
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip per step.")
     lr_warmup_updates: NonNegativeInt = Field(
         0,
@@ -441,6 +443,19 @@ class CriticConfig(Section):
         [64, 64],
         min_length=1,
         description="Widths of the critic's hidden layers (PPO; for a vla, of its value head).",
+    )
+    learning_rate: float | None = Field(
+        None,
+        gt=0,
+        description="Adam step size of the critic's own parameters (PPO); unset: "
+        "actor.learning_rate. RLinf's π0 PPO steps its value head 20 times the policy's.",
+    )
+    train_backbone: bool = Field(
+        True,
+        description="A π0's value head (PPO): true, the value loss trains the backbone it "
+        "shares with the policy; false, the head reads the backbone's features under a "
+        "stop-gradient and only the policy loss moves the backbone (RLinf's π0 PPO, "
+        "`detach_critic_input`).",
     )
 
 

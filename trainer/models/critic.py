@@ -61,6 +61,19 @@ def optimizer_state_with_plan_inputs(
     return {**optimizer_state, "param_groups": [*groups[:-1], last]}
 
 
+def split_optimizer_group(
+    optimizer_state: dict[str, Any], first: int, second_lr: float
+) -> dict[str, Any]:
+    """A one-group optimizer state (the policy's parameters, then the critic's) cut into
+    the policy's group of its `first` parameters and the critic's, at step size
+    `second_lr`; each parameter keeps its moments."""
+    (group,) = optimizer_state["param_groups"]
+    params = group["params"]
+    groups = [{**group, "params": params[:first]}, {**group, "params": params[first:]}]
+    groups[1]["lr"] = second_lr
+    return {**optimizer_state, "param_groups": groups}
+
+
 class ValueCritic(nn.Module):
     """``V(obs, H, offset)``: an encoder of the observation, and a head that also reads
     the plan's horizon and offset (each over the max horizon)."""

@@ -59,6 +59,7 @@ def settings_from_config(config: ExperimentConfig) -> OnPolicySettings:
         update_epochs=a.update_epochs,
         num_minibatches=a.num_minibatches,
         learning_rate=config.actor.learning_rate,
+        critic_learning_rate=config.critic.learning_rate,
         max_grad_norm=config.actor.max_grad_norm,
         normalize_advantages=a.normalize_advantages,
         group_size=a.group_size,
@@ -179,11 +180,19 @@ def build_critic(
     """PPO's critic: an encoder of its own and a head, or for a VLA a value head on the
     policy's backbone (`critic.hidden_sizes` size the head's layers)."""
     model, hidden = config.actor.model, tuple(config.critic.hidden_sizes)
+    pi0 = model.kind == "vla" and getattr(policy, "family", None) == "pi0"
+    if not config.critic.train_backbone and not pi0:
+        raise ConfigError.single(
+            "critic.train_backbone",
+            "false needs a π0's value head (actor.model.path a pi0 folder): other critics "
+            "either have no backbone of the policy's or read it through a learned query",
+        )
     if model.kind == "vla":
         from trainer.models.vla.value_head import Pi0ValueHead, VLAValueHead
 
-        if getattr(policy, "family", None) == "pi0":
-            return Pi0ValueHead(policy, hidden)  # type: ignore[arg-type]
+        if pi0:
+            train_backbone = config.critic.train_backbone
+            return Pi0ValueHead(policy, hidden, train_backbone)  # type: ignore[arg-type]
         return VLAValueHead(policy, hidden)  # type: ignore[arg-type]
     encoder = build_encoder(model.kind, obs_shape, hidden, model.activation)
     return ValueCritic(encoder, max_horizon=policy.max_horizon)

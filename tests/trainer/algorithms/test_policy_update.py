@@ -295,3 +295,18 @@ def test_the_step_size_warms_up_over_its_first_updates_and_resumes_where_it_was(
     del state["optimizer_steps"]  # a checkpoint from before the count: warmed up
     fresh.load_state_dict(state)
     assert fresh.optimizer_steps == 4
+
+
+def test_the_critic_steps_at_its_own_rate_and_warms_up_with_the_policy():
+    settings = {"update_epochs": 1, "num_minibatches": 1, "lr_warmup_updates": 2}
+    _, algorithm, batch = _setup(PPO, learning_rate=1e-4, critic_learning_rate=1e-3, **settings)
+    policy_group, critic_group = algorithm.optimizer.param_groups
+    assert [id(p) for p in critic_group["params"]] == [id(p) for p in algorithm.critic.parameters()]
+    seen = []
+    for _ in range(3):
+        algorithm.update(batch)
+        seen += [policy_group["lr"], critic_group["lr"]]
+    assert seen == pytest.approx([5e-5, 5e-4, 1e-4, 1e-3, 1e-4, 1e-3])
+    # Unset, the critic steps at the policy's rate.
+    _, same, _ = _setup(PPO, learning_rate=1e-4, **settings)
+    assert [group["lr"] for group in same.optimizer.param_groups] == [1e-4, 1e-4]

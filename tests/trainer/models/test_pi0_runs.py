@@ -233,6 +233,52 @@ def test_ppos_critic_reads_the_prefix_the_log_prob_pass_ran(tiny, tmp_path):
     assert prefixes == [6]
 
 
+def test_a_critic_off_the_backbone_reads_the_shared_features_under_a_stop_gradient(tiny, tmp_path):
+    """`critic.train_backbone: false`: the value loss trains the head alone (no gradient
+    reaches the backbone); the values are those of the same critic on the backbone, the
+    log-prob pass's features still serve the rows at a decision (of either grad mode),
+    and the other rows' prefix runs without a graph."""
+    config = pi0_config(tiny, tmp_path, "algorithm.name=ppo", "algorithm.group_size=1",
+                        *NOT_GRPO, "critic.hidden_sizes=[16]")  # fmt: skip
+    policy, obs = policy_and_obs(config)
+    critic = build_critic(config, policy, obs.shape[1:])
+    critic_off = config.critic.model_copy(update={"train_backbone": False})
+    detached = build_critic(config.model_copy(update={"critic": critic_off}), policy, obs.shape[1:])
+    detached.load_state_dict(critic.state_dict())
+    horizons, offsets = torch.tensor([5, 10] * 3), torch.tensor([0, 5, 0, 0, 0, 5])
+    torch.manual_seed(0)
+    plan, _, latent = policy.sample_plan_with_latent(obs, horizons, steps=10, chunk=5)
+    chunk = torch.stack([plan[row, o : o + 5] for row, o in enumerate(offsets.tolist())])
+    later = BuiltinReachEnv(6, vision_language=True, image_size=IMAGE)
+    later.reset(0, later.init_states(0)[:6])
+    step_obs = torch.where((offsets > 0).view(-1, 1), later.step(plan[:, :5]).obs, obs)
+    graphs: list[bool] = []  # whether each prefix forward built a graph
+    policy.backbone.model.vlm.register_forward_pre_hook(
+        lambda module, args, kwargs: graphs.append(torch.is_grad_enabled()), with_kwargs=True
+    )
+    policy.token_log_probs(obs, horizons, offsets, chunk, latent)
+    values = detached(step_obs, horizons, offsets)
+    assert graphs == [True, False]  # the pass's own, then the two other rows' alone
+    policy.zero_grad()
+    values.square().sum().backward()
+    assert all(p.grad is None for p in policy.parameters())
+    assert all(p.grad is not None for p in detached.head.parameters())
+    expected = critic(step_obs, horizons, offsets)
+    torch.testing.assert_close(values, expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        policy.token_log_probs(obs, horizons, offsets, chunk, latent)
+    graphs.clear()
+    detached(obs, horizons, offsets)
+    assert graphs == []  # every row at its decision: the no-grad pass's features serve
+
+
+def test_only_a_pi0s_critic_reads_the_backbone_under_a_stop_gradient(tmp_path):
+    config = load_config(ROOT / "examples/builtin_ppo.yaml", ["critic.train_backbone=false"])
+    policy = build_policy(config, (10,), 7)
+    with pytest.raises(ConfigError, match="critic.train_backbone: false needs a π0"):
+        build_critic(config, policy, (10,))
+
+
 def test_a_horizon_past_the_chunk_is_a_config_error(tiny, tmp_path):
     with pytest.raises(ConfigError, match="actor.model.path: .*longest horizon \\(60\\) exceeds"):
         OnPolicyRunner(pi0_config(tiny, tmp_path, "rollout.action_horizons_pattern=[60]"))

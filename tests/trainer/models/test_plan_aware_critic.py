@@ -133,19 +133,23 @@ def test_a_ppo_checkpoint_saved_before_the_plan_inputs_resumes_and_trains():
     trained = _ppo(env)
     trained.update(_round(env, trained))
     state = trained.state_dict()
-    # Before the plan inputs the critic lacked its last parameter, the optimizer's last.
+    # Before the plan inputs the critic lacked its last parameter, the optimizer's last;
+    # and one optimizer group held the policy's parameters, then the critic's.
     state["critic"] = _old_format(state["critic"], {"plan_input.weight"})
     optimizer = state["optimizer"]
-    (group,) = optimizer["param_groups"]
-    last = group["params"][-1]
-    optimizer["param_groups"] = [{**group, "params": group["params"][:-1]}]
+    policy_group, critic_group = optimizer["param_groups"]
+    last = critic_group["params"][-1]
+    both = policy_group["params"] + critic_group["params"][:-1]
+    optimizer["param_groups"] = [{**policy_group, "params": both}]
     optimizer["state"] = {k: v for k, v in optimizer["state"].items() if k != last}
     resumed = _ppo(env)
     resumed.load_state_dict(state)
     assert bool((resumed.critic.plan_input.weight == 0).all())
-    policy_moments = resumed.optimizer.state[next(resumed.policy.parameters())]
-    saved_moments = trained.optimizer.state[next(trained.policy.parameters())]
-    assert torch.equal(policy_moments["exp_avg"], saved_moments["exp_avg"])
+    assert len(resumed.optimizer.param_groups) == 2
+    for name in ("policy", "critic"):
+        moments = resumed.optimizer.state[next(getattr(resumed, name).parameters())]
+        saved = trained.optimizer.state[next(getattr(trained, name).parameters())]
+        assert torch.equal(moments["exp_avg"], saved["exp_avg"])
     metrics = resumed.update(_round(env, resumed))
     assert torch.isfinite(torch.tensor(metrics["losses/value_loss"]))
     assert bool((resumed.critic.plan_input.weight != 0).any())  # it learns the plan now

@@ -240,19 +240,25 @@ class Pi0ChunkPolicy(FolderPolicy):
         per_position = out.loss[..., :dims].float().mean(-1)
         return (per_position * valid).sum() / valid.sum().clamp(min=1)
 
-    def prefix_features(self, obs: torch.Tensor) -> torch.Tensor:
+    def prefix_features(self, obs: torch.Tensor, detached: bool = False) -> torch.Tensor:
         """The prefix's last hidden states averaged over its real tokens [B, width]: what
-        the critic reads. A row whose observation is the one the last log-prob pass
-        read for it, in the same grad mode (`shares_prefix`), takes that pass's features:
-        the same forward, and one graph for both losses."""
+        the critic reads, `detached` from the backbone's graph or not. A row whose
+        observation is the one the last log-prob pass read for it (`shares_prefix`)
+        takes that pass's features: the same forward, and one graph for both losses,
+        when the pass ran in the grad mode asked for (any mode serves detached rows)."""
         shared, self._shared.rows = self._shared.rows, None
-        if shared is None or shared[1] != torch.is_grad_enabled() or shared[0].shape != obs.shape:
-            return self._prefix_features(obs)
-        plan_obs, _, features = shared
-        fresh = (plan_obs != obs).flatten(1).any(1).nonzero().squeeze(1)
-        if fresh.numel() == 0:
-            return features
-        return features.index_put((fresh,), self._prefix_features(obs[fresh]).to(features.dtype))
+        grad = torch.is_grad_enabled() and not detached
+        with torch.set_grad_enabled(grad):
+            usable = shared is not None and shared[0].shape == obs.shape
+            if not usable or (not detached and shared[1] != grad):
+                return self._prefix_features(obs)
+            plan_obs, _, features = shared
+            features = features.detach() if detached else features
+            fresh = (plan_obs != obs).flatten(1).any(1).nonzero().squeeze(1)
+            if fresh.numel() == 0:
+                return features
+            fresh_features = self._prefix_features(obs[fresh]).to(features.dtype)
+            return features.index_put((fresh,), fresh_features)
 
     def _prefix_features(self, obs: torch.Tensor) -> torch.Tensor:
         inputs = self.inputs(obs)

@@ -11,6 +11,9 @@ own parameters are the query, the head and the plan's embeddings, which is all i
 A π0's critic (`Pi0ValueHead`) reads the prefix's features instead (its last hidden
 states over the images and the instruction, averaged), with the same plan embeddings
 added: the action expert only ever sees the noisy chunk, which says nothing of a value.
+Its value loss trains the backbone too, or (`critic.train_backbone: false`) reads the
+features under a stop-gradient, as RLinf's π0 PPO does (`detach_critic_input`): then only
+the policy loss moves what the policy plans with.
 
 The query carries where the state stands in its plan: embeddings of the plan's horizon
 and of the offset into it are added to it, as the policy's plan queries carry the
@@ -65,10 +68,16 @@ class Pi0ValueHead(nn.Module):
 
     plan_parameters = ("horizon_embedding.weight", "offset_embedding.weight")
 
-    def __init__(self, policy: Pi0ChunkPolicy, hidden_sizes: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        policy: Pi0ChunkPolicy,
+        hidden_sizes: tuple[int, ...] = (),
+        train_backbone: bool = True,
+    ) -> None:
         super().__init__()
         self._policy = (policy,)  # held outside the module tree, as VLAValueHead's
         policy.shares_prefix = True  # the update's log-prob pass keeps the features
+        self.train_backbone = train_backbone
         self.head = mlp(policy.width, hidden_sizes, 1)
         self.horizon_embedding = nn.Embedding(policy.max_horizon + 1, policy.width)
         self.offset_embedding = nn.Embedding(policy.max_horizon, policy.width)
@@ -83,5 +92,6 @@ class Pi0ValueHead(nn.Module):
         self, obs: torch.Tensor, horizons: torch.Tensor, offsets: torch.Tensor
     ) -> torch.Tensor:
         plan = self.horizon_embedding(horizons.long()) + self.offset_embedding(offsets.long())
-        features = self.policy.prefix_features(obs).to(plan.dtype) + plan
+        detached = not self.train_backbone
+        features = self.policy.prefix_features(obs, detached).to(plan.dtype) + plan
         return self.head(features).squeeze(-1)
