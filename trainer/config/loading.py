@@ -182,6 +182,15 @@ def _consistency_problems(config: ExperimentConfig) -> list[ConfigIssue]:
                 ("actor", "strategy"),
             )
         )
+    if not config.critic.train_backbone and config.actor.model.kind != "vla":
+        problems.append(
+            ConfigIssue(
+                "critic.train_backbone",
+                f"false needs a π0's value head; a {config.actor.model.kind} policy's critic "
+                "has an encoder of its own",
+                ("critic", "train_backbone"),
+            )
+        )
     if config.actor.model.kind == "vla" and algorithm.name == "rlpd":
         problems.append(
             ConfigIssue(

@@ -273,10 +273,16 @@ def test_a_critic_off_the_backbone_reads_the_shared_features_under_a_stop_gradie
 
 
 def test_only_a_pi0s_critic_reads_the_backbone_under_a_stop_gradient(tmp_path):
-    config = load_config(ROOT / "examples/builtin_ppo.yaml", ["critic.train_backbone=false"])
-    policy = build_policy(config, (10,), 7)
+    with pytest.raises(
+        ConfigError, match="critic.train_backbone: false needs a π0's value head; a mlp"
+    ):
+        load_config(ROOT / "examples/builtin_ppo.yaml", ["critic.train_backbone=false"])
+    # A vla's family is its folder's, known once built: build_critic refuses the others.
+    config = load_config(ROOT / "examples/builtin_ppo.yaml")
+    refused = config.critic.model_copy(update={"train_backbone": False})
+    config = config.model_copy(update={"critic": refused})
     with pytest.raises(ConfigError, match="critic.train_backbone: false needs a π0"):
-        build_critic(config, policy, (10,))
+        build_critic(config, build_policy(config, (10,), 7), (10,))
 
 
 def test_a_horizon_past_the_chunk_is_a_config_error(tiny, tmp_path):
