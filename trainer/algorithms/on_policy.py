@@ -217,8 +217,8 @@ class OnPolicyAlgorithm(ABC):
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         policy_lr, critic_lr = self._base_learning_rates()
-        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad]}]
-        groups[0]["lr"] = policy_lr
+        trained = [p for p in self.policy.parameters() if p.requires_grad]
+        groups = [{"params": trained, "lr": policy_lr}]
         if self.critic is not None:  # its own group, last: see _saved_optimizer_state
             groups.append({"params": list(self.critic.parameters()), "lr": critic_lr})
         # Fused on every device: one kernel per step (on the CPU a quarter of the
